@@ -1,0 +1,59 @@
+"""Start one policy app under os-ken's app manager, on loopback by default.
+
+os-ken 4.x has no ``osken-manager``; we load the app ourselves. The os-ken
+modules that register configuration options must be imported before
+``cfg.CONF`` is called, or os-ken raises ``ArgsAlreadyParsedError``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from controllers import POLICIES, runtime
+from fabric.system import PortBusyError, check_port_free
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 6653
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``fabric controller``."""
+    parser = argparse.ArgumentParser(prog="fabric controller",
+                                     description="Run a routing policy as an os-ken app.")
+    parser.add_argument("policy", choices=sorted(POLICIES))
+    parser.add_argument("--topo", default=None, help="topology spec (default: rail-clos)")
+    parser.add_argument("--host", default=DEFAULT_HOST, help="listen address (default loopback)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="OpenFlow listen port")
+    parser.add_argument("--status-file", type=Path, default=None,
+                        help="write readiness and errors here as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, check the port, and run the app until interrupted."""
+    import topologies  # the builders; imported here to keep `controllers` light
+
+    args = build_parser().parse_args(argv)
+    try:
+        graph = topologies.build(args.topo or topologies.DEFAULT_SPEC)
+        check_port_free(args.host, args.port)
+    except (ValueError, PortBusyError) as exc:
+        print(f"fabric controller: {exc}", file=sys.stderr)
+        return 2
+    app_module = POLICIES[args.policy]
+    importlib.import_module(app_module)  # fail before os-ken parses options
+    from os_ken import cfg
+    from os_ken.base.app_manager import AppManager
+    import os_ken.controller.controller  # noqa: F401  registers the ofp-* options
+
+    runtime.configure(runtime.RuntimeConfig(graph=graph, status_path=args.status_file))
+    cfg.CONF(args=["--ofp-listen-host", args.host, "--ofp-tcp-listen-port", str(args.port)],
+             project="os_ken")
+    try:
+        AppManager.run_apps([app_module])
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,1 @@
+"""fabric: an emulator for AI-cluster network fabrics."""

@@ -1,0 +1,128 @@
+"""Rate scaling and the forwarding budget of this machine (pure code).
+
+The graph keeps the modelled cluster's physical rates (hundreds of Gbit/s);
+the emulation runs them at an explicit scale (Mbit/s per physical Gbit/s).
+Before anything is built we check that every scaled rate can be shaped and
+that the fabric at full load stays within what the switch datapath forwards
+without silent loss.
+
+Userspace Open vSwitch forwards all packets in one thread whose cost grows
+with the number of ports. Measured on these machines (DESIGN.md section 3):
+a k=4 fat-tree (80 switch ports) carried 16 flows x 20 Mbit/s (about 120 k
+packet-hops per second) before loss; a k=8 fat-tree (640 ports) only about
+3 flows (about 28 k packet-hops/s). A power law through those two points
+gives the budget ``USERSPACE_BUDGET_C / ports ** USERSPACE_BUDGET_EXP``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import networkx as nx
+
+from fabric import graph as fg
+
+FULL_PACKET_BITS = 1500 * 8
+USERSPACE_BUDGET_C = 2.58e6
+USERSPACE_BUDGET_EXP = 0.70
+# Not measured here (no openvswitch module on these machines): a kernel
+# datapath forwards on every core; we allow ten times the userspace budget.
+KERNEL_BUDGET_FACTOR = 10.0
+MIN_SHAPED_MBPS = 0.1  # HTB's rate tables lose accuracy below ~100 kbit/s
+MAX_SHAPED_MBPS = 1000.0
+MAX_USERSPACE_PORTS = 1024
+DEFAULT_HOST_MBPS = 20.0
+
+
+class CapacityError(ValueError):
+    """A rate or fabric size this machine cannot emulate faithfully."""
+
+
+@dataclass(frozen=True)
+class RatePlan:
+    """The emulated rate of every link and the load check behind it."""
+
+    scale_mbps_per_gbps: float
+    link_mbps: dict[frozenset, float]
+    demand_pkt_hops: float
+    budget_pkt_hops: float
+    switch_ports: int
+    datapath: str
+
+    @property
+    def headroom(self) -> float:
+        """Budget over full-load demand; above 1 means the fabric fits."""
+        return self.budget_pkt_hops / self.demand_pkt_hops if self.demand_pkt_hops else float("inf")
+
+
+def forwarding_budget(switch_ports: int, datapath: str) -> float:
+    """Packet-hops per second the datapath forwards without loss."""
+    budget = USERSPACE_BUDGET_C / max(switch_ports, 1) ** USERSPACE_BUDGET_EXP
+    return budget * (KERNEL_BUDGET_FACTOR if datapath == "kernel" else 1.0)
+
+
+def mean_switch_hops(graph: nx.Graph) -> float:
+    """Mean number of switches on a shortest path between two endpoint NICs."""
+    core = graph.subgraph(fg.switches(graph))
+    atts = fg.attachments(graph)
+    dist = {sw: nx.single_source_shortest_path_length(core, sw)
+            for sw in {a.switch for a in atts}}
+    pairs = [(a, b) for a, b in itertools.permutations(atts, 2) if a.endpoint != b.endpoint]
+    if not pairs:
+        return 1.0
+    return sum(dist[a.switch][b.switch] + 1 for a, b in pairs) / len(pairs)
+
+
+def scale_for_host_rate(graph: nx.Graph, host_mbps: float) -> float:
+    """Return the scale that emulates the fastest endpoint link at ``host_mbps``."""
+    fastest = max(graph.edges[a.endpoint, a.switch]["gbps"] for a in fg.attachments(graph))
+    return host_mbps / fastest
+
+
+def plan_rates(graph: nx.Graph, host_mbps: float = DEFAULT_HOST_MBPS,
+               datapath: str = "user") -> RatePlan:
+    """Scale every link and check the fabric fits this machine.
+
+    Parameters
+    ----------
+    graph : networkx.Graph
+        The fabric graph with physical rates.
+    host_mbps : float
+        Emulated rate of the fastest endpoint link; all links scale alike.
+    datapath : {"user", "kernel"}
+        The Open vSwitch datapath that will forward.
+
+    Raises
+    ------
+    CapacityError
+        When a scaled rate is outside what HTB shapes reliably, or the full
+        load exceeds the forwarding budget (the message gives the largest
+        ``host_mbps`` that fits).
+    """
+    if not host_mbps > 0:
+        raise CapacityError(f"host rate must be positive, got {host_mbps} Mbit/s")
+    scale = scale_for_host_rate(graph, host_mbps)
+    links = {frozenset((a, b)): d["gbps"] * scale for a, b, d in graph.edges(data=True)}
+    for key, mbps in links.items():
+        if not MIN_SHAPED_MBPS <= mbps <= MAX_SHAPED_MBPS:
+            a, b = sorted(key)
+            raise CapacityError(
+                f"link {a}-{b} would run at {mbps:.3g} Mbit/s; emulated rates must lie in "
+                f"{MIN_SHAPED_MBPS}..{MAX_SHAPED_MBPS:g} Mbit/s (change the host rate)")
+    ports = sum(graph.degree(sw) for sw in fg.switches(graph))
+    if datapath == "user" and ports > MAX_USERSPACE_PORTS:
+        raise CapacityError(f"{ports} switch ports exceed the {MAX_USERSPACE_PORTS} that userspace "
+                            f"Open vSwitch forwards on this machine; use a smaller fabric")
+    injected_bps = sum(links[frozenset((a.endpoint, a.switch))] * 1e6
+                       for a in fg.attachments(graph))
+    demand = injected_bps / FULL_PACKET_BITS * mean_switch_hops(graph)
+    budget = forwarding_budget(ports, datapath)
+    if demand > budget:
+        fits = host_mbps * budget / demand
+        raise CapacityError(
+            f"at {host_mbps:g} Mbit/s per host link the fabric needs {demand / 1e3:.0f} k "
+            f"packet-hops/s at full load, but {datapath}space Open vSwitch forwards about "
+            f"{budget / 1e3:.0f} k with {ports} ports here; use a host rate of at most "
+            f"{fits:.1f} Mbit/s or a smaller fabric")
+    return RatePlan(scale, links, demand, budget, ports, datapath)

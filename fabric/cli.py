@@ -1,0 +1,182 @@
+"""The ``fabric`` command: topo, up, controller, clean.
+
+Every expected failure (bad spec, rate this machine cannot shape, not root,
+busy port) ends in one line on stderr and exit status 2, before anything on
+the system has changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from typing import Any, Callable
+
+from fabric import capacity, shaping
+from fabric.graph import TopologyError
+
+
+class _Terminated(BaseException):
+    """SIGTERM/SIGHUP, raised so that teardown runs as for Ctrl-C."""
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise _Terminated(signum)
+
+
+def _build_graph(spec: str | None) -> Any:
+    import topologies
+
+    return topologies.build(spec or topologies.DEFAULT_SPEC)
+
+
+def cmd_topo(args: argparse.Namespace) -> int:
+    """Print a fabric's summary, or its JSON, or draw it."""
+    from fabric.graph import to_json_dict
+    from fabric.summary import format_summary, summarize
+
+    graph = _build_graph(args.spec)
+    if args.png:
+        from fabric.draw import draw_png
+
+        print(f"wrote {draw_png(graph, args.png)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(to_json_dict(graph), indent=1))
+    elif not args.png:
+        print(format_summary(summarize(graph)))
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Bring a fabric up, check all-pairs reachability, report, tear down."""
+    from fabric.emulation import Emulation, EmulationOptions
+    from fabric.reachability import check_all_pairs
+    from fabric.summary import format_summary, summarize
+
+    graph = _build_graph(args.spec)
+    options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
+                               queue_pkts=args.queue_pkts, datapath=args.datapath,
+                               controller_port=args.port)
+    print(format_summary(summarize(graph)))
+    with Emulation(graph, options) as emu:
+        print(bring_up_text(emu.report))
+        reach = check_all_pairs(graph, emu.host)
+        print(f"reachability: {reach.pairs - len(reach.failed)}/{reach.pairs} endpoint pairs "
+              f"answered ping in {reach.seconds:.2f} s")
+        for src, dst in reach.failed[:20]:
+            print(f"  unreachable: {src} -> {dst}")
+        if args.cli:
+            from mininet.cli import CLI
+
+            CLI(emu.net)
+    left = emu.leftovers()
+    print("teardown: verified clean (bridges, interfaces, host namespaces, processes, sysctls)"
+          if not left else f"teardown: LEFT BEHIND {', '.join(left)}; run `fabric clean`")
+    return 0 if reach.ok and not left else 1
+
+
+def bring_up_text(report: Any) -> str:
+    """Format a :class:`fabric.emulation.BringUpReport`."""
+    plan = report.rate_plan
+    phases = ", ".join(f"{k} {v:.2f}" for k, v in report.phases_s.items())
+    lines = [f"datapath: {report.datapath}space Open vSwitch",
+             f"rates: {plan.scale_mbps_per_gbps * 1000:.3g} Mbit/s emulated per physical Tbit/s; "
+             f"full-load forwarding headroom x{plan.headroom:.2f} "
+             f"({plan.demand_pkt_hops / 1e3:.0f} of {plan.budget_pkt_hops / 1e3:.0f} k "
+             f"packet-hops/s, {plan.switch_ports} switch ports)",
+             f"bring-up: {report.total_s:.2f} s ({phases})"]
+    lines += [f"fidelity warning: {w}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    """Run a controller in the foreground (delegates to the launcher)."""
+    from controllers.launcher import main as launcher_main
+
+    return launcher_main(args.rest)
+
+
+def cmd_clean(_args: argparse.Namespace) -> int:
+    """Undo the leftovers of runs that were killed."""
+    from fabric import runstate, system
+
+    if not _is_root():
+        raise system.HostSetupError("fabric clean needs root: run with sudo")
+    states = runstate.load_all()
+    for state in states:
+        if system.pid_alive(state.owner_pid):
+            print(f"run {state.run_id} is still active (pid {state.owner_pid}); skipped")
+            continue
+        for line in runstate.undo(state) or ["nothing left"]:
+            print(f"{state.run_id}: {line}")
+    if not states:
+        print("no leftovers")
+    return 0
+
+
+def _is_root() -> bool:
+    import os
+
+    return os.geteuid() == 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``fabric`` command."""
+    parser = argparse.ArgumentParser(prog="fabric", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    topo = sub.add_parser("topo", help="describe a topology (no root needed)")
+    topo.add_argument("spec", nargs="?", help="e.g. rail-clos,servers=8,gpus=2")
+    topo.add_argument("--json", action="store_true", help="print nodes and links as JSON")
+    topo.add_argument("--png", metavar="FILE", help="draw the fabric into FILE")
+    topo.set_defaults(func=cmd_topo)
+
+    up = sub.add_parser("up", help="bring a fabric up, check reachability, tear down (root)")
+    up.add_argument("spec", nargs="?", help="topology spec (default: rail-clos)")
+    up.add_argument("--routing", default="ecmp", help="routing policy (default: ecmp)")
+    up.add_argument("--host-mbps", type=float, default=capacity.DEFAULT_HOST_MBPS,
+                    help="emulated rate of the fastest host link; all links scale alike")
+    up.add_argument("--queue-pkts", type=int, default=shaping.DEFAULT_QUEUE_PKTS,
+                    help="egress buffer of every link, in packets")
+    up.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    up.add_argument("--port", type=int, default=6653, help="controller port on loopback")
+    up.add_argument("--cli", action="store_true", help="open the Mininet CLI before teardown")
+    up.set_defaults(func=cmd_up)
+
+    ctl = sub.add_parser("controller", help="run a routing policy app in the foreground",
+                         add_help=False)
+    ctl.add_argument("rest", nargs=argparse.REMAINDER)
+    ctl.set_defaults(func=cmd_controller)
+
+    clean = sub.add_parser("clean", help="remove what killed runs left behind (root)")
+    clean.set_defaults(func=cmd_clean)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``fabric`` console script."""
+    from fabric.emulation import EmulationError
+    from fabric.system import HostSetupError, PortBusyError
+
+    args = build_parser().parse_args(argv)
+    expected: tuple[type[BaseException], ...] = (
+        TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except expected as exc:
+        print(f"fabric {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fabric: interrupted; cleaned up", file=sys.stderr)
+        return 130
+    except _Terminated as exc:
+        print("fabric: terminated; cleaned up", file=sys.stderr)
+        return 128 + int(exc.args[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""Turn a fabric graph into a running Mininet network, and undo it all.
+
+This is the only module that imports Mininet (lazily, inside methods).
+Bring-up order: check everything that can be checked without touching the
+system (rates, root, tools, controller port, other runs), record an undo log
+(:mod:`fabric.runstate`), set global sysctls, make sure Open vSwitch runs,
+start the controller, build the network, configure hosts and shaping, and
+wait until the controller confirms every switch's routes. Teardown always
+runs the undo log, whatever happened before.
+"""
+
+from __future__ import annotations
+
+import json
+import ipaddress
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import networkx as nx
+
+from fabric import capacity, ovs, runstate, shaping, system
+from fabric import graph as fg
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
+CONTROLLER_READY_TIMEOUT_S = 30.0
+# Socket buffers for userspace OVS's AF_PACKET sockets (DESIGN.md section 3):
+# receive sockets take rmem_default when ports are created, the send socket
+# takes wmem_default when it is created. IPv6 stays off on new interfaces so
+# the root-namespace switch ports do not emit DAD/RS/MLD into the fabric.
+RUN_SYSCTLS = {
+    "net.core.rmem_default": str(8 * 1024 * 1024),
+    "net.core.wmem_default": str(ovs.WMEM_DEFAULT_BYTES),
+    "net.ipv6.conf.default.disable_ipv6": "1",
+}
+# Inside each host: no IPv6; offloads off or TCP stalls over userspace OVS.
+HOST_SETUP_SCRIPT = r"""
+sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+ip -batch "$1"
+tc -batch "$2"
+shift 2
+for dev in "$@"; do
+  ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
+done
+"""
+OFFLOADS_OFF_SCRIPT = r"""
+for dev in "$@"; do
+  ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
+done
+"""
+
+
+class EmulationError(RuntimeError):
+    """Bring-up failed; everything made so far has been removed."""
+
+
+@dataclass(frozen=True)
+class EmulationOptions:
+    """How to emulate: routing policy, scaled rates, buffers, datapath."""
+
+    policy: str = "ecmp"
+    host_mbps: float = capacity.DEFAULT_HOST_MBPS
+    queue_pkts: int = shaping.DEFAULT_QUEUE_PKTS
+    datapath: str = "auto"
+    controller_port: int = 6653
+
+
+@dataclass
+class BringUpReport:
+    """What bring-up measured: phase times and fidelity warnings."""
+
+    datapath: str = ""
+    rate_plan: capacity.RatePlan | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total_s(self) -> float:
+        """Seconds from the first system change until routes were confirmed."""
+        return sum(self.phases_s.values())
+
+
+class Emulation:
+    """A running emulated fabric; use as a context manager.
+
+    Parameters
+    ----------
+    graph : networkx.Graph
+        A validated fabric graph; it must carry its ``spec`` (the controller
+        process rebuilds the same graph from it).
+    options : EmulationOptions
+        Policy, rates, buffers and datapath.
+    """
+
+    def __init__(self, graph: nx.Graph, options: EmulationOptions = EmulationOptions()):
+        if "spec" not in graph.graph:
+            raise EmulationError("the graph has no spec; build it with topologies.build(spec)")
+        self.graph = graph
+        self.options = options
+        self.report = BringUpReport()
+        self.net: Any = None
+        self.state: runstate.RunState | None = None
+        self.workdir: Path | None = None
+        self._controller: subprocess.Popen | None = None
+        self._made: runstate.RunState | None = None  # kept after stop, to verify
+
+    def __enter__(self) -> "Emulation":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def host(self, name: str) -> Any:
+        """Return the Mininet host ``name``."""
+        return self.net.get(name)
+
+    # -- bring-up -----------------------------------------------------------
+
+    def start(self) -> None:
+        """Bring the fabric up; on any failure remove everything and re-raise."""
+        self._check_before_changes()
+        try:
+            with _phase(self.report, "system"):
+                self._record_and_set_sysctls()
+                self.report.warnings += ovs.ensure_running(self.report.datapath)
+            with _phase(self.report, "controller"):
+                self._start_controller()
+            with _phase(self.report, "network"):
+                self._build_network()
+            with _phase(self.report, "configure"):
+                self._configure_hosts_and_shaping()
+            with _phase(self.report, "routes"):
+                self._wait_controller_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _check_before_changes(self) -> None:
+        datapath = ovs.choose_datapath(self.options.datapath)
+        self.report.datapath = datapath
+        self.report.rate_plan = capacity.plan_rates(self.graph, self.options.host_mbps, datapath)
+        system.preflight()
+        if self.options.policy not in _policies():
+            raise EmulationError(f"unknown routing policy {self.options.policy!r} "
+                                 f"(known: {', '.join(sorted(_policies()))})")
+        for other in runstate.load_all():
+            if system.pid_alive(other.owner_pid) and other.owner_pid != os.getpid():
+                raise EmulationError(f"another fabric run (pid {other.owner_pid}) is active; "
+                                     f"wait for it or stop it and run `fabric clean`")
+            runstate.undo(other)  # a dead run's leftovers would collide with ours
+        system.check_port_free("127.0.0.1", self.options.controller_port)
+        clashes = [sw for sw in fg.switches(self.graph) if Path(f"/sys/class/net/{sw}").exists()]
+        if clashes:
+            raise EmulationError(f"interfaces {', '.join(clashes[:5])} already exist; "
+                                 f"run `fabric clean` or remove them")
+
+    def _record_and_set_sysctls(self) -> None:
+        state = runstate.new_run_state()
+        state.bridges = fg.switches(self.graph)
+        state.root_intfs = [fg.intf_name(sw, fg.port(self.graph, sw, nbr))
+                            for sw in state.bridges for nbr in self.graph.neighbors(sw)]
+        state.sysctls = {key: system.read_sysctl(key) for key in RUN_SYSCTLS}
+        state.save()  # before the first change, so a kill at any point can be undone
+        self.state = self._made = state
+        self.workdir = runstate.RUNS_DIR / state.run_id
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for key, value in RUN_SYSCTLS.items():
+            if key.endswith("_default") and int(system.read_sysctl(key)) >= int(value):
+                continue
+            system.write_sysctl(key, value)
+
+    def _start_controller(self) -> None:
+        status = self.workdir / "controller.json"
+        log = open(self.workdir / "controller.log", "wb")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))
+        args = [sys.executable, "-m", "controllers", self.options.policy,
+                "--topo", self.graph.graph["spec"], "--host", "127.0.0.1",
+                "--port", str(self.options.controller_port), "--status-file", str(status)]
+        self._controller = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=env,
+                                            start_new_session=True, cwd=PROJECT_ROOT)
+        log.close()
+        self.state.add_process(self._controller.pid, expect="controllers")
+
+    def _build_network(self) -> None:
+        from mininet.link import Link
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+
+        setLogLevel("error")
+        net = Mininet(topo=None, switch=OVSSwitch, link=Link, controller=None, build=False,
+                      autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        self.net = net
+        net.addController("c0", controller=RemoteController, ip="127.0.0.1",
+                          port=self.options.controller_port)
+        datapath = "user" if self.report.datapath == "user" else "kernel"
+        for sw in fg.switches(self.graph):
+            net.addSwitch(sw, dpid=self.graph.nodes[sw]["dpid"], datapath=datapath,
+                          protocols=OPENFLOW_PROTOCOLS, failMode="secure")
+        for ep in fg.endpoints(self.graph):
+            host = net.addHost(ep, ip=None)
+            self.state.add_process(host.pid, expect=f"mininet:{ep}")
+            self.state.netns_inodes.append(os.stat(f"/proc/{host.pid}/ns/net").st_ino)
+        self.state.save()
+        for a, b, data in self.graph.edges(data=True):
+            pa, pb = data["ports"][a], data["ports"][b]
+            net.addLink(a, b, port1=pa, port2=pb,
+                        intfName1=fg.intf_name(a, pa), intfName2=fg.intf_name(b, pb))
+        net.build()
+        net.start()
+
+    def _configure_hosts_and_shaping(self) -> None:
+        plan = self.report.rate_plan
+        procs = []
+        for ep in fg.endpoints(self.graph):
+            ip_file = self.workdir / f"{ep}.ip"
+            tc_file = self.workdir / f"{ep}.tc"
+            ip_file.write_text(host_ip_batch(self.graph, ep))
+            tc_file.write_text(self._tc_batch(ep, plan))
+            devs = [fg.intf_name(ep, nic["port"]) for nic in self.graph.nodes[ep]["nics"]]
+            procs.append((ep, self.host(ep).popen(
+                ["sh", "-ec", HOST_SETUP_SCRIPT, "sh", str(ip_file), str(tc_file), *devs],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+        root_tc = self.workdir / "switches.tc"
+        root_tc.write_text("".join(self._tc_batch(sw, plan) for sw in fg.switches(self.graph)))
+        system.run(["tc", "-batch", str(root_tc)], timeout=60)
+        system.run(["sh", "-ec", OFFLOADS_OFF_SCRIPT, "sh", *self.state.root_intfs], timeout=60)
+        for ep, proc in procs:
+            out, _ = proc.communicate(timeout=60)
+            if proc.returncode != 0:
+                raise EmulationError(f"configuring host {ep} failed: {out.decode().strip()}")
+
+    def _tc_batch(self, node: str, plan: capacity.RatePlan) -> str:
+        lines = []
+        for nbr in self.graph.neighbors(node):
+            dev = fg.intf_name(node, fg.port(self.graph, node, nbr))
+            lines += shaping.shape_lines(dev, plan.link_mbps[frozenset((node, nbr))],
+                                         self.options.queue_pkts)
+        return "".join(line + "\n" for line in lines)
+
+    def _wait_controller_ready(self) -> None:
+        status_path = self.workdir / "controller.json"
+        want = len(fg.switches(self.graph))
+        deadline = time.monotonic() + CONTROLLER_READY_TIMEOUT_S
+        status: dict = {}
+        while time.monotonic() < deadline:
+            if self._controller.poll() is not None:
+                raise EmulationError(f"the controller exited ({self._controller.returncode}): "
+                                     f"{_tail(self.workdir / 'controller.log')}")
+            try:
+                status = json.loads(status_path.read_text())
+            except (OSError, ValueError):
+                status = {}
+            if status.get("errors"):
+                raise EmulationError(f"the controller reported: {status['errors'][0]}")
+            if len(status.get("ready", [])) == want:
+                return
+            time.sleep(0.02)
+        raise EmulationError(f"only {len(status.get('ready', []))} of {want} switches had their "
+                             f"routes confirmed within {CONTROLLER_READY_TIMEOUT_S:.0f} s")
+
+    # -- teardown -------------------------------------------------------------
+
+    def stop(self) -> list[str]:
+        """Remove everything this run made and restore sysctls; idempotent.
+
+        Signals are held off while this runs so a second Ctrl-C cannot leave
+        half a fabric behind.
+        """
+        done: list[str] = []
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            if self.net is not None:
+                try:
+                    self.net.stop()
+                except Exception as exc:  # the undo log below removes the rest
+                    done.append(f"mininet stop failed: {exc}")
+                self.net = None
+            if self._controller is not None:
+                system.kill_tree(self._controller.pid, expect="controllers")
+                self._controller.wait(timeout=10)
+                self._controller = None
+            if self.state is not None:
+                done += runstate.undo(self.state)
+                self.state = None
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                self.workdir = None
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        return done
+
+
+    def leftovers(self) -> list[str]:
+        """After :meth:`stop`: whatever this run made that still exists (should be empty)."""
+        if self._made is None:
+            return []
+        return runstate.leftovers(self._made)
+
+
+def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
+    """``ip -batch`` lines for one endpoint: addresses, MACs and static ARP.
+
+    Static ARP for every other NIC in the fabric, on the NIC whose prefix
+    routes to it, so no ARP is ever flooded through the multipath fabric.
+    """
+    nics = graph.nodes[endpoint]["nics"]
+    lines = []
+    for nic in nics:
+        dev = fg.intf_name(endpoint, nic["port"])
+        plen = ipaddress.ip_network(nic["prefix"]).prefixlen
+        lines += [f"link set dev {dev} down", f"link set dev {dev} address {nic['mac']}",
+                  f"addr flush dev {dev}", f"addr add {nic['ip']}/{plen} dev {dev}",
+                  f"link set dev {dev} up"]
+    for att in fg.attachments(graph):
+        if att.endpoint == endpoint:
+            continue
+        nic = _nic_for(nics, att.ip)
+        if nic is not None:
+            lines.append(f"neigh replace {att.ip} lladdr {att.mac} "
+                         f"dev {fg.intf_name(endpoint, nic['port'])} nud permanent")
+    return "".join(line + "\n" for line in lines)
+
+
+def _nic_for(nics: list[dict], ip: str) -> dict | None:
+    addr = ipaddress.ip_address(ip)
+    matching = [n for n in nics if addr in ipaddress.ip_network(n["prefix"])]
+    return max(matching, key=lambda n: ipaddress.ip_network(n["prefix"]).prefixlen, default=None)
+
+
+def _policies() -> dict[str, str]:
+    from controllers import POLICIES
+
+    return POLICIES
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@contextmanager
+def _phase(report: BringUpReport, name: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        report.phases_s[name] = time.monotonic() - start

@@ -1,0 +1,99 @@
+"""Plain data that routing logic returns and controller shims translate.
+
+These frozen dataclasses are the whole contract between the pure routing
+code (which never touches a switch) and the os-ken apps (which only translate
+them into OpenFlow messages). Equality is value equality, so two rounds of a
+policy can be diffed to send only what changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+ETH_TYPE_IPV4 = 0x0800
+ETH_TYPE_ARP = 0x0806
+ETH_TYPE_IPV6 = 0x86DD
+
+
+@dataclass(frozen=True)
+class Output:
+    """Send the packet out of ``port``."""
+
+    port: int
+
+
+@dataclass(frozen=True)
+class ToGroup:
+    """Hand the packet to group ``group_id``."""
+
+    group_id: int
+
+
+@dataclass(frozen=True)
+class ToController:
+    """Send the packet to the controller (packet-in)."""
+
+
+@dataclass(frozen=True)
+class SetQueue:
+    """Enqueue on egress queue ``queue_id`` of the chosen output port."""
+
+    queue_id: int
+
+
+Action = Union[Output, ToGroup, ToController, SetQueue]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One group bucket: an output port with a weight.
+
+    ``watch_port`` is used by fast-failover groups; ``None`` watches nothing.
+    """
+
+    port: int
+    weight: int = 1
+    watch_port: int | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """A group entry.
+
+    ``kind`` is ``"select"`` (hash over buckets, by ``selection``) or
+    ``"ff"`` (fast failover: first live bucket).
+    """
+
+    group_id: int
+    kind: str
+    buckets: tuple[Bucket, ...]
+    selection: str = "dp_hash"
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A flow entry; ``match`` is a sorted tuple of (OXM field, value) pairs.
+
+    An empty ``actions`` tuple drops the packet.
+    """
+
+    priority: int
+    match: tuple[tuple[str, object], ...]
+    actions: tuple[Action, ...]
+    table_id: int = 0
+
+    @staticmethod
+    def make(priority: int, actions: tuple[Action, ...] = (), **match: object) -> "Flow":
+        """Build a flow from keyword match fields (os-ken OXM names)."""
+        return Flow(priority, tuple(sorted(match.items())), tuple(actions))
+
+
+@dataclass(frozen=True)
+class SwitchIntent:
+    """Everything one switch should hold: its flows and groups."""
+
+    name: str
+    dpid: int
+    flows: tuple[Flow, ...]
+    groups: tuple[Group, ...]

@@ -1,0 +1,114 @@
+"""Open vSwitch: pick the datapath and make sure the daemons run.
+
+The kernel datapath is used when the ``openvswitch`` module is (or can be)
+loaded; otherwise ovs-vswitchd forwards in userspace (``netdev``). In
+userspace mode, ovs-vswitchd sends through one AF_PACKET socket, created
+once per daemon, whose buffer comes from ``net.core.wmem_default`` at that
+moment: so we (re)start it while that sysctl is raised and remember its pid,
+and restart it again only when someone else started it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from fabric import system
+
+OVS_SCRIPTS = Path("/usr/share/openvswitch/scripts")
+OVS_RUNDIR = Path("/var/run/openvswitch")
+STATE_DIR = Path("/run/fabric")
+VSWITCHD_MARKER = STATE_DIR / "ovs-vswitchd.pid"
+WMEM_DEFAULT_BYTES = 4 * 1024 * 1024
+
+
+def kernel_datapath_available() -> bool:
+    """Return True when the openvswitch kernel module is loaded or loadable."""
+    if Path("/sys/module/openvswitch").exists():
+        return True
+    if shutil.which("modprobe") is None:
+        return False
+    result = subprocess.run(["modprobe", "-q", "openvswitch"], capture_output=True)
+    return result.returncode == 0 and Path("/sys/module/openvswitch").exists()
+
+
+def choose_datapath(requested: str = "auto") -> str:
+    """Return ``"kernel"`` or ``"user"`` for ``requested`` in auto/kernel/user."""
+    if requested not in ("auto", "kernel", "user"):
+        raise ValueError(f"datapath must be auto, kernel or user, got {requested!r}")
+    if requested == "auto":
+        return "kernel" if kernel_datapath_available() else "user"
+    if requested == "kernel" and not kernel_datapath_available():
+        raise system.HostSetupError("the openvswitch kernel module is not available; "
+                                    "use --datapath user")
+    return requested
+
+
+def _daemon_pid(name: str) -> int | None:
+    try:
+        pid = int((OVS_RUNDIR / f"{name}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if system.pid_alive(pid) else None
+
+
+def _ovs_ctl(*args: str) -> None:
+    system.run([str(OVS_SCRIPTS / "ovs-ctl"), *args], timeout=60)
+
+
+def bridges() -> list[str]:
+    """Return the names of all OVS bridges."""
+    out = system.run(["ovs-vsctl", "--timeout=5", "list-br"]).stdout
+    return [line for line in out.splitlines() if line]
+
+
+def ensure_running(datapath: str) -> list[str]:
+    """Start ovsdb-server and ovs-vswitchd as needed.
+
+    Returns
+    -------
+    list of str
+        Fidelity warnings (e.g. a foreign ovs-vswitchd that could not be
+        restarted with the socket buffers userspace forwarding needs).
+    """
+    warnings: list[str] = []
+    if _daemon_pid("ovsdb-server") is None:
+        _ovs_ctl("--system-id=random", "--no-ovs-vswitchd", "start")
+    vswitchd = _daemon_pid("ovs-vswitchd")
+    if datapath == "kernel":
+        if vswitchd is None:
+            _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start")
+        return warnings
+    if vswitchd is not None and vswitchd == _marker_pid():
+        return warnings
+    if vswitchd is not None and bridges():
+        warnings.append("ovs-vswitchd was started elsewhere and has bridges, so it was not "
+                        "restarted: its send buffer may be too small and drop bursts")
+        return warnings
+    if vswitchd is not None:
+        system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
+    _start_vswitchd_with_wmem()
+    return warnings
+
+
+def _marker_pid() -> int | None:
+    try:
+        return int(VSWITCHD_MARKER.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _start_vswitchd_with_wmem() -> None:
+    # The caller holds net.core.wmem_default raised for the whole run, so the
+    # send socket, created at the first packet, gets the large buffer.
+    if int(system.read_sysctl("net.core.wmem_default")) < WMEM_DEFAULT_BYTES:
+        raise system.HostSetupError("raise net.core.wmem_default before starting ovs-vswitchd")
+    _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start")
+    pid = _daemon_pid("ovs-vswitchd")
+    if pid is None:
+        raise system.HostSetupError("ovs-vswitchd did not start; see /var/log/openvswitch/")
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    VSWITCHD_MARKER.write_text(f"{pid}\n")
+    os.chmod(VSWITCHD_MARKER, 0o644)

@@ -1,0 +1,144 @@
+"""What a run changed on the system, on disk, so it can always be undone.
+
+Before an emulation touches anything it writes a state file under
+``/run/fabric/runs`` naming the bridges and root-namespace interfaces it
+will create and the sysctls it will change (with their old values); as it
+starts processes it adds their pids and network namespaces. Teardown and
+``fabric clean`` both undo exactly what the file names, so a run killed with
+SIGKILL can still be cleaned up, and nothing foreign is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from fabric import system
+from fabric.ovs import STATE_DIR
+
+RUNS_DIR = STATE_DIR / "runs"
+
+
+@dataclass
+class RunState:
+    """The undo log of one emulation run."""
+
+    run_id: str
+    owner_pid: int
+    bridges: list[str] = field(default_factory=list)
+    root_intfs: list[str] = field(default_factory=list)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    processes: list[dict] = field(default_factory=list)  # {"pid", "expect"}
+    netns_inodes: list[int] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        """Where this state lives."""
+        return RUNS_DIR / f"{self.run_id}.json"
+
+    def save(self) -> None:
+        """Write the state atomically."""
+        RUNS_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, self.path)
+
+    def add_process(self, pid: int, expect: str) -> None:
+        """Record a process we started (``expect``: part of its command line)."""
+        self.processes.append({"pid": pid, "expect": expect})
+        self.save()
+
+
+def new_run_state() -> RunState:
+    """Create (not yet saved) state for a run of this process."""
+    return RunState(run_id=f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                    owner_pid=os.getpid())
+
+
+def load_all() -> list[RunState]:
+    """Return every run state on disk, oldest first."""
+    if not RUNS_DIR.exists():
+        return []
+    states = []
+    for path in sorted(RUNS_DIR.glob("*.json")):
+        try:
+            states.append(RunState(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            path.unlink(missing_ok=True)  # unreadable: nothing we can undo from it
+    return states
+
+
+def processes_in_netns(inodes: set[int]) -> list[int]:
+    """Return pids of processes whose network namespace inode is in ``inodes``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            inode = os.stat(entry / "ns" / "net").st_ino
+        except OSError:
+            continue
+        if inode in inodes:
+            found.append(int(entry.name))
+    return found
+
+
+def undo(state: RunState) -> list[str]:
+    """Undo everything ``state`` names; return a line per action taken.
+
+    Idempotent: whatever is already gone is skipped.
+    """
+    done = []
+    for proc in state.processes:
+        if system.kill_tree(proc["pid"], expect=proc["expect"]):
+            done.append(f"stopped process {proc['pid']} ({proc['expect']})")
+    # Processes started inside emulated hosts (daemons) keep their namespace alive.
+    me = os.getpid()
+    for pid in processes_in_netns(set(state.netns_inodes)):
+        if pid != me and system.kill_tree(pid, grace=1.0):
+            done.append(f"stopped process {pid} left in an emulated host")
+    existing = [br for br in state.bridges if Path(f"/sys/class/net/{br}").exists()
+                or _ovs_has_bridge(br)]
+    if existing:
+        args = ["ovs-vsctl", "--timeout=20"]
+        for br in existing:
+            args += ["--", "--if-exists", "del-br", br]
+        system.run(args, check=False, timeout=60)
+        done.append(f"deleted {len(existing)} bridges")
+    intfs = [i for i in state.root_intfs if Path(f"/sys/class/net/{i}").exists()]
+    if intfs:
+        batch = "".join(f"link del dev {i}\n" for i in intfs)
+        system.run(["ip", "-force", "-batch", "-"], check=False, input_text=batch)
+        done.append(f"deleted {len(intfs)} interfaces")
+    for key, value in state.sysctls.items():
+        try:
+            if system.read_sysctl(key) != value:
+                system.write_sysctl(key, value)
+                done.append(f"restored {key}={value}")
+        except OSError:
+            pass
+    state.path.unlink(missing_ok=True)
+    return done
+
+
+def leftovers(state: RunState) -> list[str]:
+    """Return what ``state`` names that still exists; empty after a clean undo."""
+    found = [f"bridge {br}" for br in state.bridges if _ovs_has_bridge(br)]
+    found += [f"interface {i}" for i in state.root_intfs if Path(f"/sys/class/net/{i}").exists()]
+    found += [f"process {p['pid']} ({p['expect']})" for p in state.processes
+              if system.pid_alive(p["pid"]) and p["expect"] in system.cmdline(p["pid"])]
+    found += [f"process {pid} in an emulated host"
+              for pid in processes_in_netns(set(state.netns_inodes))]
+    for key, value in state.sysctls.items():
+        if system.read_sysctl(key) != value:
+            found.append(f"sysctl {key} not restored to {value}")
+    if state.path.exists():
+        found.append(f"state file {state.path}")
+    return found
+
+
+def _ovs_has_bridge(name: str) -> bool:
+    return system.run(["ovs-vsctl", "--timeout=5", "br-exists", name], check=False).returncode == 0

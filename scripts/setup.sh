@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install everything fabric needs, idempotently; a second run with all present
+# only checks (about a second).
+#   Debian packages: Mininet, Open vSwitch and the network tools.
+#   .venv: a virtual environment that sees the system's Mininet
+#          (--system-site-packages), with fabric and its Python deps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(mininet openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2
+              python3-venv python3-pip)
+SYS_PYTHON=/usr/bin/python3
+VENV=.venv
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $EUID -ne 0 ]]; then
+    echo "setup: missing Debian packages ${missing[*]}; run as root (sudo) to install them" >&2
+    exit 2
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! "$VENV/bin/python" -c "import mininet.net" 2>/dev/null; then
+  echo "setup: creating $VENV (sees the system's Mininet)"
+  rm -rf "$VENV"
+  "$SYS_PYTHON" -m venv --system-site-packages "$VENV"
+fi
+
+# Reinstall only when the package definition changed.
+stamp="$VENV/.fabric-installed"
+want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+  echo "setup: installing fabric and its Python dependencies into $VENV"
+  # (the filter hides warnings about local mirrors some machines configure)
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  echo "$want" > "$stamp"
+fi
