@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import ipaddress
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -140,6 +139,10 @@ class Emulation:
                 self._configure_hosts_and_shaping()
             with _phase(self.report, "routes"):
                 self._wait_controller_ready()
+            if self.report.datapath == "user":
+                self.report.warnings += ovs.socket_buffer_warnings(
+                    self.state.root_intfs, int(RUN_SYSCTLS["net.core.rmem_default"]),
+                    ovs.WMEM_DEFAULT_BYTES)
         except BaseException:
             self.stop()
             raise
@@ -168,10 +171,12 @@ class Emulation:
         state.bridges = fg.switches(self.graph)
         state.root_intfs = [fg.intf_name(sw, fg.port(self.graph, sw, nbr))
                             for sw in state.bridges for nbr in self.graph.neighbors(sw)]
+        state.host_intfs = [fg.intf_name(ep, nic["port"]) for ep in fg.endpoints(self.graph)
+                            for nic in self.graph.nodes[ep]["nics"]]
         state.sysctls = {key: system.read_sysctl(key) for key in RUN_SYSCTLS}
         state.save()  # before the first change, so a kill at any point can be undone
         self.state = self._made = state
-        self.workdir = runstate.RUNS_DIR / state.run_id
+        self.workdir = state.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         for key, value in RUN_SYSCTLS.items():
             if key.endswith("_default") and int(system.read_sysctl(key)) >= int(value):
@@ -282,6 +287,9 @@ class Emulation:
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             if self.net is not None:
+                for pid in runstate.stray_processes(self.state):
+                    if pid not in {p["pid"] for p in self.state.processes}:
+                        system.kill_tree(pid, grace=1.0)  # daemons started in hosts
                 try:
                     self.net.stop()
                 except Exception as exc:  # the undo log below removes the rest
@@ -294,9 +302,6 @@ class Emulation:
             if self.state is not None:
                 done += runstate.undo(self.state)
                 self.state = None
-            if self.workdir is not None:
-                shutil.rmtree(self.workdir, ignore_errors=True)
-                self.workdir = None
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return done

@@ -28,6 +28,7 @@ Graph attributes:
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -44,6 +45,8 @@ _ROLE_DPID_CODE = {"leaf": 0x01, "spine": 0x02, "core": 0x03}
 # Endpoint addresses live in 10.<group>.<hi>.<lo>; 254 usable per /24.
 _HOSTS_PER_OCTET = 254
 _MAX_GROUP = 255
+# Names become interface names and command arguments: keep them plain.
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
 
 class TopologyError(ValueError):
@@ -57,12 +60,12 @@ def intf_name(node: str, port: int) -> str:
 
 def is_switch(graph: nx.Graph, node: str) -> bool:
     """Return True when ``node`` is a switch (leaf, spine or core)."""
-    return graph.nodes[node]["role"] in SWITCH_ROLES
+    return graph.nodes[node].get("role") in SWITCH_ROLES
 
 
 def is_endpoint(graph: nx.Graph, node: str) -> bool:
     """Return True when ``node`` is an endpoint (host NIC or storage node)."""
-    return graph.nodes[node]["role"] in ENDPOINT_ROLES
+    return graph.nodes[node].get("role") in ENDPOINT_ROLES
 
 
 def switches(graph: nx.Graph) -> list[str]:
@@ -166,6 +169,8 @@ class FabricBuilder:
             Second octet of the address an endpoint NIC on this link gets
             (rails, pods or zones keep their own 10.<group>/16).
         """
+        if a == b:
+            raise TopologyError(f"cannot link {a} to itself")
         if self.graph.has_edge(a, b):
             raise TopologyError(f"{a} and {b} are already linked")
         for node in (a, b):
@@ -193,6 +198,8 @@ class FabricBuilder:
         return self.graph
 
     def _add_node(self, name: str, **attrs: Any) -> None:
+        if not _NAME_RE.fullmatch(name):
+            raise TopologyError(f"node name {name!r} must be a letter then letters or digits")
         if name in self.graph:
             raise TopologyError(f"duplicate node name {name}")
         self.graph.add_node(name, **attrs)
@@ -216,8 +223,8 @@ class FabricBuilder:
 
 def validate(graph: nx.Graph) -> None:
     """Check the schema invariants; raise :class:`TopologyError` on the first breach."""
-    if graph.number_of_nodes() == 0:
-        raise TopologyError("the fabric has no nodes")
+    if not switches(graph):
+        raise TopologyError("the fabric has no switches")
     seen: dict[str, str] = {}
     for node, data in graph.nodes(data=True):
         role = data.get("role")
@@ -256,7 +263,7 @@ def _nic_keys(node: str, data: dict) -> Iterable[str]:
 
 
 def to_json_dict(graph: nx.Graph) -> dict[str, Any]:
-    """Return the graph as ``{"name", "params", "nodes": [...], "links": [...]}``.
+    """Return the graph as ``{"name", "spec", "params", "nodes": [...], "links": [...]}``.
 
     Links carry ``a``, ``b``, ``gbps``, ``a_port`` and ``b_port``.
     """
@@ -266,5 +273,6 @@ def to_json_dict(graph: nx.Graph) -> dict[str, Any]:
         extra = {k: v for k, v in data.items() if k not in ("ports", "gbps")}
         links.append({"a": a, "b": b, "gbps": data["gbps"],
                       "a_port": data["ports"][a], "b_port": data["ports"][b], **extra})
-    return {"name": graph.graph.get("name"), "params": graph.graph.get("params", {}),
+    return {"name": graph.graph.get("name"), "spec": graph.graph.get("spec"),
+            "params": graph.graph.get("params", {}),
             "nodes": nodes, "links": links}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,11 +34,17 @@ class RunState:
     sysctls: dict[str, str] = field(default_factory=dict)
     processes: list[dict] = field(default_factory=list)  # {"pid", "expect"}
     netns_inodes: list[int] = field(default_factory=list)
+    host_intfs: list[str] = field(default_factory=list)
 
     @property
     def path(self) -> Path:
         """Where this state lives."""
         return RUNS_DIR / f"{self.run_id}.json"
+
+    @property
+    def workdir(self) -> Path:
+        """Scratch files of the run (batch files, controller status and log)."""
+        return RUNS_DIR / self.run_id
 
     def save(self) -> None:
         """Write the state atomically."""
@@ -71,9 +78,9 @@ def load_all() -> list[RunState]:
     return states
 
 
-def processes_in_netns(inodes: set[int]) -> list[int]:
-    """Return pids of processes whose network namespace inode is in ``inodes``."""
-    found = []
+def processes_in_netns(inodes: set[int]) -> dict[int, list[int]]:
+    """Return ``{netns inode: pids}`` for processes in the namespaces ``inodes``."""
+    found: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -82,8 +89,27 @@ def processes_in_netns(inodes: set[int]) -> list[int]:
         except OSError:
             continue
         if inode in inodes:
-            found.append(int(entry.name))
+            found.setdefault(inode, []).append(int(entry.name))
     return found
+
+
+def stray_processes(state: RunState) -> list[int]:
+    """Pids still running inside this run's emulated hosts.
+
+    Namespace inode numbers are recycled once a namespace is freed, so a
+    namespace only counts as ours when it still holds one of our host
+    interfaces.
+    """
+    me = os.getpid()
+    strays = []
+    for pids in processes_in_netns(set(state.netns_inodes)).values():
+        probe = system.run(["nsenter", "-t", str(pids[0]), "-n", "ip", "-o", "link", "show"],
+                           check=False)
+        names = {line.split(":")[1].strip().split("@")[0]
+                 for line in probe.stdout.splitlines() if line.count(":") >= 2}
+        if names & set(state.host_intfs):
+            strays += [pid for pid in pids if pid != me]
+    return strays
 
 
 def undo(state: RunState) -> list[str]:
@@ -96,9 +122,8 @@ def undo(state: RunState) -> list[str]:
         if system.kill_tree(proc["pid"], expect=proc["expect"]):
             done.append(f"stopped process {proc['pid']} ({proc['expect']})")
     # Processes started inside emulated hosts (daemons) keep their namespace alive.
-    me = os.getpid()
-    for pid in processes_in_netns(set(state.netns_inodes)):
-        if pid != me and system.kill_tree(pid, grace=1.0):
+    for pid in stray_processes(state):
+        if system.kill_tree(pid, grace=1.0):
             done.append(f"stopped process {pid} left in an emulated host")
     existing = [br for br in state.bridges if Path(f"/sys/class/net/{br}").exists()
                 or _ovs_has_bridge(br)]
@@ -120,6 +145,7 @@ def undo(state: RunState) -> list[str]:
                 done.append(f"restored {key}={value}")
         except OSError:
             pass
+    shutil.rmtree(state.workdir, ignore_errors=True)
     state.path.unlink(missing_ok=True)
     return done
 
@@ -130,8 +156,7 @@ def leftovers(state: RunState) -> list[str]:
     found += [f"interface {i}" for i in state.root_intfs if Path(f"/sys/class/net/{i}").exists()]
     found += [f"process {p['pid']} ({p['expect']})" for p in state.processes
               if system.pid_alive(p["pid"]) and p["expect"] in system.cmdline(p["pid"])]
-    found += [f"process {pid} in an emulated host"
-              for pid in processes_in_netns(set(state.netns_inodes))]
+    found += [f"process {pid} in an emulated host" for pid in stray_processes(state)]
     for key, value in state.sysctls.items():
         if system.read_sysctl(key) != value:
             found.append(f"sysctl {key} not restored to {value}")

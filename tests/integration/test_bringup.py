@@ -1,0 +1,155 @@
+"""Real fabrics: bring-up, ECMP reachability and spreading, teardown hygiene."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import topologies
+from fabric import graph as fg
+from fabric import runstate
+from fabric.emulation import Emulation, EmulationOptions
+from fabric.reachability import check_all_pairs
+from tests.integration.helpers import port_tx_packets
+
+ROOT = Path(__file__).resolve().parents[2]
+FABRIC = [sys.executable, "-m", "fabric.cli"]
+
+
+@pytest.mark.parametrize("spec", sorted(topologies.BUILDERS))
+def test_default_instance_is_fully_reachable_with_ecmp(spec: str) -> None:
+    graph = topologies.build(spec)
+    emu = Emulation(graph, EmulationOptions(policy="ecmp"))
+    with emu:
+        report = check_all_pairs(graph, emu.host)
+        assert report.ok, f"unreachable pairs: {report.failed[:10]}"
+        assert report.pairs == sum(len(v) for v in __import__(
+            "fabric.reachability", fromlist=["targets"]).targets(graph).values())
+    assert emu.leftovers() == []
+
+
+def _uplink_usage(emu: Emulation, leaf: str, flows: list[tuple[str, str, int]],
+                  bytes_per_stream: str) -> dict[int, int]:
+    """Run iperf3 flows (client, server, parallel streams); return uplink tx deltas."""
+    graph = emu.graph
+    uplinks = [fg.port(graph, leaf, n) for n in graph.neighbors(leaf)
+               if graph.nodes[n]["role"] == "spine"]
+    servers = []
+    for _, server, _ in flows:
+        servers.append(emu.host(server).popen(["iperf3", "-s", "-1", "-p", "5201"],
+                                              stdout=subprocess.DEVNULL))
+    time.sleep(0.5)
+    before = port_tx_packets(leaf)
+    clients = [emu.host(client).popen(
+        ["iperf3", "-c", graph.nodes[server]["ip"], "-p", "5201", "-P", str(streams),
+         "-n", bytes_per_stream], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for client, server, streams in flows]
+    for proc in clients:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+    after = port_tx_packets(leaf)
+    for proc in servers:
+        proc.wait(timeout=10)
+    return {p: after[p] - before[p] for p in uplinks}
+
+
+def test_ecmp_spreads_many_tcp_flows_and_pins_one() -> None:
+    graph = topologies.build("rail-clos")
+    # Rail 0: servers 0-3 sit under leaf r0l0, servers 4-7 under r0l1.
+    with Emulation(graph, EmulationOptions(policy="ecmp")) as emu:
+        # iperf3's -n is per client: 2 MB over 4 streams is ~360 segments a stream.
+        many = _uplink_usage(emu, "r0l0", [(f"h{i}g0", f"h{i + 4}g0", 4) for i in range(4)],
+                             "2M")
+        one = _uplink_usage(emu, "r0l0", [("h0g0", "h4g0", 1)], "512K")
+    data_threshold = 150  # packets: half a stream; iperf3's control connection sends ~20
+    used_by_many = [p for p, n in many.items() if n > data_threshold]
+    assert len(used_by_many) >= 3, f"16 flows used only uplinks {many}"
+    used_by_one = [p for p, n in one.items() if n > data_threshold]
+    assert len(used_by_one) == 1, f"one flow spread over uplinks {one}"
+
+
+def test_failure_during_bring_up_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = topologies.build("leaf-spine")
+    emu = Emulation(graph, EmulationOptions())
+
+    def boom(self: Emulation) -> None:
+        raise RuntimeError("injected failure after the network was built")
+
+    monkeypatch.setattr(Emulation, "_configure_hosts_and_shaping", boom)
+    with pytest.raises(RuntimeError, match="injected"):
+        emu.start()
+    assert emu.leftovers() == []
+    assert not list(runstate.RUNS_DIR.glob("*.json"))
+
+
+def test_daemons_in_hosts_are_stopped_at_teardown() -> None:
+    graph = topologies.build("leaf-spine")
+    with Emulation(graph, EmulationOptions()) as emu:
+        emu.host("l0h0").cmd("iperf3 -s -D")
+        time.sleep(0.3)
+        assert "iperf3" in emu.host("l0h0").cmd("ps -e -o comm")
+    assert emu.leftovers() == []
+    assert subprocess.run(["pgrep", "-f", "iperf3 -s -D"], capture_output=True).returncode == 1
+
+
+def test_killed_run_is_cleaned_by_fabric_clean() -> None:
+    script = ("import time, topologies\n"
+              "from fabric.emulation import Emulation\n"
+              "e = Emulation(topologies.build('leaf-spine')); e.start()\n"
+              "print('up', flush=True); time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == b"up"
+        states = runstate.load_all()
+        assert len(states) == 1
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert runstate.leftovers(states[0]), "a killed run should leave something to clean"
+    clean = subprocess.run([*FABRIC, "clean"], cwd=ROOT, capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stderr
+    assert "deleted" in clean.stdout
+    assert runstate.leftovers(states[0]) == []
+
+
+def test_bad_spec_fails_cleanly_before_any_change() -> None:
+    before = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
+    for spec, words in [("rail-clos,servers=0", "servers"), ("rail-clos,bogus=1", "bogus"),
+                        ("rail-clos,servers=x", "servers")]:
+        proc = subprocess.run([*FABRIC, "up", spec], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr
+    after = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
+    assert before == after
+    assert not list(runstate.RUNS_DIR.glob("*.json"))
+
+
+def test_unshapeable_rate_is_refused_before_any_change() -> None:
+    proc = subprocess.run([*FABRIC, "up", "fat-tree,k=8"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 2
+    assert "packet-hops/s" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(runstate.RUNS_DIR.glob("*.json"))
+
+
+def test_busy_controller_port_is_refused() -> None:
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", 6653))
+        squatter.listen()
+        proc = subprocess.run([*FABRIC, "up", "leaf-spine"], cwd=ROOT, capture_output=True,
+                              text=True)
+    assert proc.returncode == 2 and "busy" in proc.stderr
+    assert not list(runstate.RUNS_DIR.glob("*.json"))
