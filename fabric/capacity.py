@@ -119,7 +119,7 @@ def plan_rates(graph: nx.Graph, host_mbps: float = DEFAULT_HOST_MBPS,
     demand = injected_bps / FULL_PACKET_BITS * mean_switch_hops(graph)
     budget = forwarding_budget(ports, datapath)
     if demand > budget:
-        fits = host_mbps * budget / demand
+        fits = int(host_mbps * budget / demand * 10) / 10  # round down: it is a maximum
         raise CapacityError(
             f"at {host_mbps:g} Mbit/s per host link the fabric needs {demand / 1e3:.0f} k "
             f"packet-hops/s at full load, but {datapath}space Open vSwitch forwards about "

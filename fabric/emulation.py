@@ -27,6 +27,7 @@ import networkx as nx
 
 from fabric import capacity, ovs, runstate, shaping, system
 from fabric import graph as fg
+from fabric.lanes import SINGLE_LANE, LaneConfig, lane_config_to_dict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
@@ -70,6 +71,7 @@ class EmulationOptions:
     queue_pkts: int = shaping.DEFAULT_QUEUE_PKTS
     datapath: str = "auto"
     controller_port: int = 6653
+    lanes: LaneConfig = SINGLE_LANE
 
 
 @dataclass
@@ -185,12 +187,15 @@ class Emulation:
 
     def _start_controller(self) -> None:
         status = self.workdir / "controller.json"
+        config = self.workdir / "controller-config.json"
+        config.write_text(json.dumps(lane_config_to_dict(self.options.lanes)))
         log = open(self.workdir / "controller.log", "wb")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))
         args = [sys.executable, "-m", "controllers", self.options.policy,
                 "--topo", self.graph.graph["spec"], "--host", "127.0.0.1",
-                "--port", str(self.options.controller_port), "--status-file", str(status)]
+                "--port", str(self.options.controller_port), "--status-file", str(status),
+                "--config", str(config)]
         self._controller = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=env,
                                             start_new_session=True, cwd=PROJECT_ROOT)
@@ -251,7 +256,7 @@ class Emulation:
         for nbr in self.graph.neighbors(node):
             dev = fg.intf_name(node, fg.port(self.graph, node, nbr))
             lines += shaping.shape_lines(dev, plan.link_mbps[frozenset((node, nbr))],
-                                         self.options.queue_pkts)
+                                         self.options.queue_pkts, self.options.lanes)
         return "".join(line + "\n" for line in lines)
 
     def _wait_controller_ready(self) -> None:

@@ -5,11 +5,17 @@ rate and a bounded ``pfifo_head_drop`` leaf. Head-drop, not tail-drop: when
 a full tail-drop queue refuses a packet, userspace OVS discards the rest of
 its 32-packet send batch whatever its class (DESIGN.md section 3). Netem is
 not used: this kernel has none.
+
+Lane ``i`` (see :mod:`fabric.lanes`) is class ``1:(i+1)`` under a parent
+class at the link rate; u32 filters on the DSCP bits classify packets.
 """
 
 from __future__ import annotations
 
+from fabric.lanes import SINGLE_LANE, LaneConfig
+
 DEFAULT_QUEUE_PKTS = 64
+LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
 MTU_BYTES = 1514
 # HTB warns above 200000 bytes of quantum and needs at least one MTU.
 _MAX_QUANTUM = 200_000
@@ -20,7 +26,8 @@ def htb_quantum(rate_mbps: float) -> int:
     return int(min(_MAX_QUANTUM, max(MTU_BYTES, rate_mbps * 1e6 / 8 / 10)))
 
 
-def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS) -> list[str]:
+def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS,
+                lanes: LaneConfig = SINGLE_LANE) -> list[str]:
     """Return ``tc -batch`` lines that shape ``dev``'s egress.
 
     Parameters
@@ -28,16 +35,35 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
     dev : str
         Interface name (validated by the graph: letters, digits, ``-``).
     rate_mbps : float
-        Link rate; also the ceiling.
+        Link rate: the ceiling of the whole interface and of every lane.
     queue_pkts : int
-        Egress buffer in packets.
+        Egress buffer of each lane, in packets.
+    lanes : LaneConfig
+        Virtual lanes: lane ``i`` is class ``1:(i+1)`` with its guaranteed
+        share and HTB priority; u32 filters on the DSCP bits pick the lane;
+        unmatched packets go to the default lane.
     """
     if queue_pkts < 1:
         raise ValueError(f"queue must hold at least one packet, got {queue_pkts}")
-    rate = f"{rate_mbps * 1000:.0f}kbit"
-    return [
-        f"qdisc replace dev {dev} root handle 1: htb default 1",
-        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate} ceil {rate} "
+    link = _kbit(rate_mbps)
+    lines = [
+        f"qdisc replace dev {dev} root handle 1: htb default {lanes.default_queue + 1:x}",
+        f"class add dev {dev} parent 1: classid 1:{LINK_CLASS:x} htb rate {link} ceil {link} "
         f"quantum {htb_quantum(rate_mbps)}",
-        f"qdisc add dev {dev} parent 1:1 handle 10: pfifo_head_drop limit {queue_pkts}",
     ]
+    for i, lane in enumerate(lanes.lanes):
+        rate = lane.share * rate_mbps
+        lines += [
+            f"class add dev {dev} parent 1:{LINK_CLASS:x} classid 1:{i + 1:x} htb "
+            f"rate {_kbit(rate)} ceil {link} prio {lane.prio} quantum {htb_quantum(rate)}",
+            f"qdisc add dev {dev} parent 1:{i + 1:x} handle {i + 10:x}: "
+            f"pfifo_head_drop limit {queue_pkts}",
+        ]
+        lines += [f"filter add dev {dev} parent 1: protocol ip prio 1 u32 "
+                  f"match ip dsfield 0x{dscp << 2:02x} 0xfc flowid 1:{i + 1:x}"
+                  for dscp in lane.dscp]
+    return lines
+
+
+def _kbit(mbps: float) -> str:
+    return f"{max(1, round(mbps * 1000))}kbit"

@@ -1,0 +1,173 @@
+"""Rate scaling and the forwarding-budget check (pure code)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import topologies
+from fabric import capacity
+from fabric import graph as fg
+from fabric.capacity import CapacityError, plan_rates
+
+
+def test_default_rail_clos_fits_at_20_mbps():
+    graph = topologies.build("rail-clos")
+    plan = plan_rates(graph, 20.0)
+    assert plan.headroom > 1
+    assert plan.datapath == "user"
+    assert plan.scale_mbps_per_gbps == pytest.approx(20.0 / 400.0)
+    assert set(plan.link_mbps) == {frozenset(e) for e in graph.edges}
+    for att in fg.attachments(graph):
+        assert plan.link_mbps[frozenset((att.endpoint, att.switch))] == pytest.approx(20.0)
+    assert plan.switch_ports == sum(graph.degree(s) for s in fg.switches(graph))
+    assert plan.budget_pkt_hops == pytest.approx(
+        capacity.forwarding_budget(plan.switch_ports, "user"))
+    assert plan.headroom == pytest.approx(plan.budget_pkt_hops / plan.demand_pkt_hops)
+
+
+def test_default_host_rate_is_20():
+    graph = topologies.build("rail-clos")
+    assert plan_rates(graph) == plan_rates(graph, 20.0)
+
+
+def test_demand_is_injected_packets_times_mean_hops():
+    graph = topologies.build("leaf-spine")
+    plan = plan_rates(graph, 10.0)
+    nics = len(fg.attachments(graph))
+    expected = nics * 10e6 / (1500 * 8) * capacity.mean_switch_hops(graph)
+    assert plan.demand_pkt_hops == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("spec", ["rail-clos,oversub=2", "two-zone,oversub=3,spines=3",
+                                  "leaf-spine,oversub=4", "rail-clos,spines=3"])
+def test_links_keep_their_ratio(spec):
+    graph = topologies.build(spec)
+    plan = plan_rates(graph, 20.0)
+    rates = {frozenset((a, b)): d["gbps"] for a, b, d in graph.edges(data=True)}
+    assert len(set(rates.values())) > 1, "spec should mix link rates"
+    for key, gbps in rates.items():
+        assert plan.link_mbps[key] == pytest.approx(gbps * plan.scale_mbps_per_gbps)
+    # the fastest endpoint link runs at the host rate
+    fastest = max(plan.link_mbps[frozenset((a.endpoint, a.switch))]
+                  for a in fg.attachments(graph))
+    assert fastest == pytest.approx(20.0)
+
+
+def _suggested(message: str) -> float:
+    match = re.search(r"at most ([0-9]+(?:\.[0-9]+)?) Mbit/s", message)
+    assert match, f"no suggested maximum in: {message}"
+    return float(match.group(1))
+
+
+def test_fat_tree_k8_too_big_at_20_mbps_and_suggestion_fits():
+    graph = topologies.build("fat-tree,k=8")
+    with pytest.raises(CapacityError) as info:
+        plan_rates(graph, 20.0)
+    fits = _suggested(str(info.value))
+    assert 0 < fits < 20.0
+    # "at most X" is a promise: X itself, and anything slightly below, passes.
+    assert plan_rates(graph, fits).headroom >= 1
+    assert plan_rates(graph, fits * 0.99).headroom > 1
+
+
+@pytest.mark.parametrize("spec", ["fat-tree,k=6", "fat-tree,k=8",
+                                  "leaf-spine,leaves=16,spines=8,hosts_per_leaf=16",
+                                  "rail-clos,servers=256,gpus=2,servers_per_leaf=32,spines=16",
+                                  "two-zone,hosts_per_leaf=4,leaves=3,spines=4,"
+                                  "interzone_links=4,storage=5"])
+def test_suggested_maximum_is_safe_and_tight(spec):
+    graph = topologies.build(spec)
+    with pytest.raises(CapacityError) as info:
+        plan_rates(graph, 20.0)
+    fits = _suggested(str(info.value))
+    plan_rates(graph, fits)  # must not raise
+    with pytest.raises(CapacityError):  # and is within one printed step of the limit
+        plan_rates(graph, fits + 0.1)
+
+
+@pytest.mark.parametrize("rate", [0, 0.0, -1, -20.0, float("nan")])
+def test_non_positive_host_rate_raises(rate):
+    with pytest.raises(CapacityError, match="positive"):
+        plan_rates(topologies.build("rail-clos"), rate)
+
+
+def test_rate_below_shapable_minimum_names_the_link():
+    # Uplinks at 400*1/16/64 Gbit/s: 1/1024 of a host link.
+    graph = topologies.build("rail-clos,servers_per_leaf=1,spines=16,oversub=64")
+    with pytest.raises(CapacityError) as info:
+        plan_rates(graph, 20.0)
+    message = str(info.value)
+    match = re.search(r"link (\S+)-(\S+) would run at", message)
+    assert match, message
+    a, b = match.groups()
+    assert graph.has_edge(a, b)
+    assert {graph.nodes[a]["role"], graph.nodes[b]["role"]} == {"leaf", "spine"}
+    assert str(capacity.MIN_SHAPED_MBPS) in message
+
+
+def test_host_rate_below_minimum_names_a_host_link():
+    graph = topologies.build("leaf-spine")
+    with pytest.raises(CapacityError) as info:
+        plan_rates(graph, capacity.MIN_SHAPED_MBPS / 2)
+    a, b = re.search(r"link (\S+)-(\S+) would run at", str(info.value)).groups()
+    assert graph.has_edge(a, b)
+
+
+def test_minimum_rate_itself_is_accepted():
+    plan = plan_rates(topologies.build("leaf-spine"), capacity.MIN_SHAPED_MBPS)
+    assert min(plan.link_mbps.values()) == pytest.approx(capacity.MIN_SHAPED_MBPS)
+
+
+def test_rate_above_maximum_raises():
+    with pytest.raises(CapacityError, match="would run at"):
+        plan_rates(topologies.build("leaf-spine"), capacity.MAX_SHAPED_MBPS * 2)
+
+
+def test_mean_switch_hops_leaf_spine_by_hand():
+    # 4 leaves x 4 hosts: of a host's 15 peers, 3 share its leaf (1 switch)
+    # and 12 are under other leaves (leaf-spine-leaf: 3 switches).
+    graph = topologies.build("leaf-spine")
+    assert capacity.mean_switch_hops(graph) == pytest.approx((3 * 1 + 12 * 3) / 15)
+    assert capacity.mean_switch_hops(graph) == pytest.approx(2.6)
+
+
+def test_mean_switch_hops_single_switch():
+    graph = topologies.build("leaf-spine,leaves=1,spines=1,hosts_per_leaf=3")
+    assert capacity.mean_switch_hops(graph) == pytest.approx(1.0)
+
+
+def test_mean_switch_hops_ignores_pairs_within_one_storage_node():
+    # Storage st0 has two NICs; its NIC pair must not count as a path.
+    graph = topologies.build("two-zone,hosts_per_leaf=1,leaves=1,spines=1,storage=1")
+    # NICs: z0h0 (z0l0), z1h0 (z1l0), st0/0 (z0l0), st0/1 (z1l0).
+    # Same-leaf pairs (1 switch): z0h0<->st0/0, z1h0<->st0/1: 4 ordered pairs.
+    # Cross-zone (z0l0-z0s0-z1s0-z1l0: 4 switches): z0h0<->z1h0, z0h0<->st0/1,
+    # z1h0<->st0/0: 6 ordered pairs.  st0/0<->st0/1 excluded.
+    assert capacity.mean_switch_hops(graph) == pytest.approx((4 * 1 + 6 * 4) / 10)
+
+
+@pytest.mark.parametrize("ports", [1, 48, 80, 640, 1024])
+def test_kernel_budget_exceeds_user_budget(ports):
+    user = capacity.forwarding_budget(ports, "user")
+    kernel = capacity.forwarding_budget(ports, "kernel")
+    assert kernel > user > 0
+
+
+def test_budget_shrinks_with_ports():
+    assert capacity.forwarding_budget(80, "user") > capacity.forwarding_budget(640, "user")
+
+
+def test_kernel_datapath_plan_has_more_headroom():
+    graph = topologies.build("fat-tree")
+    user = plan_rates(graph, 20.0, datapath="user")
+    kernel = plan_rates(graph, 20.0, datapath="kernel")
+    assert kernel.headroom > user.headroom
+    assert kernel.datapath == "kernel"
+
+
+def test_too_many_ports_for_userspace():
+    graph = topologies.build("rail-clos,servers=64,gpus=8,servers_per_leaf=8,spines=8,oversub=8")
+    with pytest.raises(CapacityError, match="switch ports"):
+        plan_rates(graph, 20.0)

@@ -1,0 +1,95 @@
+"""The ``fabric`` command, run as a subprocess (no root needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fabric(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fabric.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_topo_json_rail_clos():
+    res = fabric("topo", "rail-clos,servers=8,gpus=2,servers_per_leaf=4,spines=4", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["name"] == "rail-clos"
+    roles = {}
+    for node in data["nodes"]:
+        roles.setdefault(node["role"], []).append(node)
+    assert len(roles["host"]) == 16
+    assert len(roles.get("storage", [])) == 0
+    leaves, spines = roles["leaf"], roles["spine"]
+    assert len(leaves) == 4 and len(spines) == 4
+    assert sorted(sum(1 for n in leaves if n["rail"] == r) for r in (0, 1)) == [2, 2]
+    links = {frozenset((l["a"], l["b"])) for l in data["links"]}
+    assert len(links) == len(data["links"]) == 16 + 4 * 4
+    for leaf in leaves:
+        for spine in spines:
+            assert frozenset((leaf["name"], spine["name"])) in links
+    for link in data["links"]:
+        assert link["gbps"] > 0 and isinstance(link["a_port"], int)
+    # every host hangs off a leaf of its own rail
+    by_name = {n["name"]: n for n in data["nodes"]}
+    for host in roles["host"]:
+        (link,) = [l for l in data["links"] if host["name"] in (l["a"], l["b"])]
+        other = by_name[link["b"] if link["a"] == host["name"] else link["a"]]
+        assert other["role"] == "leaf" and other["rail"] == host["rail"]
+
+
+def test_topo_default_summary():
+    res = fabric("topo")
+    assert res.returncode == 0, res.stderr
+    assert "bisection" in res.stdout
+    assert "rail-clos" in res.stdout
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("spec, names", [
+    ("rail-clos,servers=0", ["servers"]),
+    ("rail-clos,bogus=1", ["bogus"]),
+    ("rail-clos,servers=x", ["servers", "'x'"]),
+    ("nosuch", ["nosuch"]),
+])
+def test_topo_bad_spec_is_one_line(spec, names):
+    res = fabric("topo", spec)
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    for name in names:
+        assert name in lines[0]
+    assert res.stdout == ""
+
+
+def test_topo_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "fat.png"
+    res = fabric("topo", "fat-tree", "--png", str(out))
+    assert res.returncode == 0, res.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 1000
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="only meaningful when not root")
+def test_up_needs_root():
+    res = fabric("up", timeout=60)
+    assert res.returncode == 2
+    assert "root" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_no_command_is_a_usage_error():
+    res = fabric()
+    assert res.returncode == 2
+    assert "usage" in res.stderr.lower()
