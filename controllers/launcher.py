@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from pathlib import Path
 
 from controllers import POLICIES, runtime
+from fabric.ctlconfig import ControllerConfig, load_controller_config
 from fabric.system import PortBusyError, check_port_free
 
 DEFAULT_HOST = "127.0.0.1"
@@ -29,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="OpenFlow listen port")
     parser.add_argument("--status-file", type=Path, default=None,
                         help="write readiness and errors here as JSON")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="JSON: lanes (SL/VL map), rate scale, adaptive tuning")
     return parser
 
 
@@ -39,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         graph = topologies.build(args.topo or topologies.DEFAULT_SPEC)
+        config = load_controller_config(args.config) if args.config else ControllerConfig()
         check_port_free(args.host, args.port)
     except (ValueError, PortBusyError) as exc:
         print(f"fabric controller: {exc}", file=sys.stderr)
@@ -49,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     from os_ken.base.app_manager import AppManager
     import os_ken.controller.controller  # noqa: F401  registers the ofp-* options
 
-    runtime.configure(runtime.RuntimeConfig(graph=graph, status_path=args.status_file))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    runtime.configure(runtime.RuntimeConfig(graph, args.status_file, config))
     cfg.CONF(args=["--ofp-listen-host", args.host, "--ofp-tcp-listen-port", str(args.port)],
              project="os_ken")
     try:

@@ -17,18 +17,20 @@ from fabric.intents import (Flow, Group, Output, SetQueue, SwitchIntent, ToContr
 
 NTR_VENDOR_ID = 0x0000154D  # Nicira/NTR experimenter id used by OVS
 NTR_GROUP_PROP_SELECTION_METHOD = 1
-DP_HASH_L4 = 0  # selection_method_param 0: 5-tuple L4 hash, basis 0
+DP_HASH_L4 = 0  # hash algorithm in the parameter's upper 32 bits: 5-tuple L4
 
 
-def selection_method_words(method: str, param: int = DP_HASH_L4) -> list[int]:
+def selection_method_words(method: str, hash_basis: int = 0) -> list[int]:
     """Return the experimenter payload as 32-bit words.
 
     Layout: 4 pad bytes, the method name NUL-padded to 16 bytes, a 64-bit
-    parameter.
+    parameter: the hash algorithm (upper 32 bits, L4) and the hash basis
+    (lower 32 bits).
     """
     name = method.encode()
     if len(name) > 15:
         raise ValueError(f"selection method name too long: {method!r}")
+    param = (DP_HASH_L4 << 32) | (hash_basis & 0xFFFFFFFF)
     payload = bytes(4) + name.ljust(16, b"\0") + struct.pack("!Q", param)
     return list(struct.unpack(f"!{len(payload) // 4}I", payload))
 
@@ -60,6 +62,8 @@ def flow_mod(datapath: Any, flow: Flow, command: str = "add") -> Any:
                                  out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
     acts = actions_for(parser, ofp, flow.actions)
     inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts)] if acts else []
+    if flow.goto_table is not None:
+        inst.append(parser.OFPInstructionGotoTable(flow.goto_table))
     return parser.OFPFlowMod(datapath, table_id=flow.table_id, command=ofp.OFPFC_ADD,
                              priority=flow.priority, match=match, instructions=inst)
 
@@ -88,7 +92,7 @@ def group_mod(datapath: Any, group: Group, command: str = "add") -> Any:
         props.append(parser.OFPGroupPropExperimenter(
             type_=ofp.OFPGPT_EXPERIMENTER, experimenter=NTR_VENDOR_ID,
             exp_type=NTR_GROUP_PROP_SELECTION_METHOD,
-            data=selection_method_words(group.selection)))
+            data=selection_method_words(group.selection, group.hash_basis)))
     return parser.OFPGroupMod(datapath, command=commands[command], type_=kinds[group.kind],
                               group_id=group.group_id, buckets=buckets, properties=props)
 
@@ -107,4 +111,27 @@ def full_state_messages(datapath: Any, intent: SwitchIntent) -> list[Any]:
     ]
     msgs += [group_mod(datapath, g) for g in intent.groups]
     msgs += [flow_mod(datapath, f) for f in intent.flows]
+    return msgs
+
+
+def diff_messages(datapath: Any, old: SwitchIntent, new: SwitchIntent) -> list[Any]:
+    """Messages that turn a switch holding ``old`` into one holding ``new``.
+
+    Order keeps every packet routable: new and changed groups first, then
+    flows, then removals of flows and finally of the groups they used.
+    """
+    old_groups = {g.group_id: g for g in old.groups}
+    new_groups = {g.group_id: g for g in new.groups}
+    old_flows = {f.key: f for f in old.flows}
+    new_flows = {f.key: f for f in new.flows}
+    msgs = []
+    for gid, group in new_groups.items():
+        if gid not in old_groups:
+            msgs.append(group_mod(datapath, group, "add"))
+        elif old_groups[gid] != group:
+            msgs.append(group_mod(datapath, group, "modify"))
+    msgs += [flow_mod(datapath, f) for k, f in new_flows.items() if old_flows.get(k) != f]
+    msgs += [flow_mod(datapath, f, "delete") for k, f in old_flows.items() if k not in new_flows]
+    msgs += [group_mod(datapath, g, "delete") for gid, g in old_groups.items()
+             if gid not in new_groups]
     return msgs

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import networkx as nx
+
+from fabric.ctlconfig import ControllerConfig
 
 
 @dataclass
 class RuntimeConfig:
-    """What an app needs: the fabric graph, where to report, policy options."""
+    """What an app needs: the fabric graph, where to report, its config."""
 
     graph: nx.Graph
     status_path: Path | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    config: ControllerConfig = field(default_factory=ControllerConfig)
 
 
 _current: RuntimeConfig | None = None

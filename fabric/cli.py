@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from fabric import capacity, shaping
 from fabric.graph import TopologyError
+from fabric.policies import POLICIES
 
 
 class _Terminated(BaseException):
@@ -57,7 +58,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     graph = _build_graph(args.spec)
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
-                               controller_port=args.port)
+                               controller_port=args.port, lanes=_lanes(args))
     print(format_summary(summarize(graph)))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report))
@@ -74,6 +75,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     print("teardown: verified clean (bridges, interfaces, host namespaces, processes, sysctls)"
           if not left else f"teardown: LEFT BEHIND {', '.join(left)}; run `fabric clean`")
     return 0 if reach.ok and not left else 1
+
+
+def _lanes(args: argparse.Namespace) -> Any:
+    from fabric.lanes import SINGLE_LANE, THREE_LANES, load_lane_config
+
+    if args.lanes:
+        return load_lane_config(args.lanes)
+    return THREE_LANES if args.isolation else SINGLE_LANE
 
 
 def bring_up_text(report: Any) -> str:
@@ -134,7 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="bring a fabric up, check reachability, tear down (root)")
     up.add_argument("spec", nargs="?", help="topology spec (default: rail-clos)")
-    up.add_argument("--routing", default="ecmp", help="routing policy (default: ecmp)")
+    up.add_argument("--routing", default="ecmp", choices=POLICIES,
+                    help="routing policy (default: ecmp)")
+    up.add_argument("--isolation", action="store_true",
+                    help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
+    up.add_argument("--lanes", metavar="FILE", help="SL/VL map and lane shares (JSON)")
     up.add_argument("--host-mbps", type=float, default=capacity.DEFAULT_HOST_MBPS,
                     help="emulated rate of the fastest host link; all links scale alike")
     up.add_argument("--queue-pkts", type=int, default=shaping.DEFAULT_QUEUE_PKTS,
@@ -160,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     from fabric.system import HostSetupError, PortBusyError
 
     args = build_parser().parse_args(argv)
+    from fabric.lanes import LaneConfigError
+
     expected: tuple[type[BaseException], ...] = (
-        TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError)
+        TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError,
+        LaneConfigError)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
     func: Callable[[argparse.Namespace], int] = args.func

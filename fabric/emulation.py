@@ -27,11 +27,14 @@ import networkx as nx
 
 from fabric import capacity, ovs, runstate, shaping, system
 from fabric import graph as fg
-from fabric.lanes import SINGLE_LANE, LaneConfig, lane_config_to_dict
+from fabric.adaptive import AdaptiveParams
+from fabric.ctlconfig import ControllerConfig, controller_config_to_dict
+from fabric.lanes import SINGLE_LANE, LaneConfig
+from fabric.policies import POLICIES
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
-CONTROLLER_READY_TIMEOUT_S = 30.0
+CONTROLLER_READY_TIMEOUT_S = 20.0
 # Socket buffers for userspace OVS's AF_PACKET sockets (DESIGN.md section 3):
 # receive sockets take rmem_default when ports are created, the send socket
 # takes wmem_default when it is created. IPv6 stays off on new interfaces so
@@ -72,6 +75,7 @@ class EmulationOptions:
     datapath: str = "auto"
     controller_port: int = 6653
     lanes: LaneConfig = SINGLE_LANE
+    adaptive: AdaptiveParams = AdaptiveParams()
 
 
 @dataclass
@@ -154,9 +158,9 @@ class Emulation:
         self.report.datapath = datapath
         self.report.rate_plan = capacity.plan_rates(self.graph, self.options.host_mbps, datapath)
         system.preflight()
-        if self.options.policy not in _policies():
+        if self.options.policy not in POLICIES:
             raise EmulationError(f"unknown routing policy {self.options.policy!r} "
-                                 f"(known: {', '.join(sorted(_policies()))})")
+                                 f"(known: {', '.join(POLICIES)})")
         for other in runstate.load_all():
             if system.pid_alive(other.owner_pid) and other.owner_pid != os.getpid():
                 raise EmulationError(f"another fabric run (pid {other.owner_pid}) is active; "
@@ -188,7 +192,9 @@ class Emulation:
     def _start_controller(self) -> None:
         status = self.workdir / "controller.json"
         config = self.workdir / "controller-config.json"
-        config.write_text(json.dumps(lane_config_to_dict(self.options.lanes)))
+        config.write_text(json.dumps(controller_config_to_dict(ControllerConfig(
+            self.options.lanes, self.report.rate_plan.scale_mbps_per_gbps,
+            self.options.adaptive))))
         log = open(self.workdir / "controller.log", "wb")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))
@@ -278,7 +284,8 @@ class Emulation:
                 return
             time.sleep(0.02)
         raise EmulationError(f"only {len(status.get('ready', []))} of {want} switches had their "
-                             f"routes confirmed within {CONTROLLER_READY_TIMEOUT_S:.0f} s")
+                             f"routes confirmed within {CONTROLLER_READY_TIMEOUT_S:.0f} s; "
+                             f"controller log: {_tail(self.workdir / 'controller.log')}")
 
     # -- teardown -------------------------------------------------------------
 
@@ -347,12 +354,6 @@ def _nic_for(nics: list[dict], ip: str) -> dict | None:
     addr = ipaddress.ip_address(ip)
     matching = [n for n in nics if addr in ipaddress.ip_network(n["prefix"])]
     return max(matching, key=lambda n: ipaddress.ip_network(n["prefix"]).prefixlen, default=None)
-
-
-def _policies() -> dict[str, str]:
-    from controllers import POLICIES
-
-    return POLICIES
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -62,31 +62,42 @@ class Group:
     """A group entry.
 
     ``kind`` is ``"select"`` (hash over buckets, by ``selection``) or
-    ``"ff"`` (fast failover: first live bucket).
+    ``"ff"`` (fast failover: first live bucket). ``hash_basis`` seeds the
+    select hash; a different basis per switch keeps successive tiers from
+    making correlated choices (hash polarisation).
     """
 
     group_id: int
     kind: str
     buckets: tuple[Bucket, ...]
     selection: str = "dp_hash"
+    hash_basis: int = 0
 
 
 @dataclass(frozen=True)
 class Flow:
     """A flow entry; ``match`` is a sorted tuple of (OXM field, value) pairs.
 
-    An empty ``actions`` tuple drops the packet.
+    ``actions`` are applied in order; then, if ``goto_table`` is set, the
+    packet continues in that table. No actions and no goto drops it.
     """
 
     priority: int
     match: tuple[tuple[str, object], ...]
     actions: tuple[Action, ...]
     table_id: int = 0
+    goto_table: int | None = None
 
     @staticmethod
-    def make(priority: int, actions: tuple[Action, ...] = (), **match: object) -> "Flow":
+    def make(priority: int, actions: tuple[Action, ...] = (), *, table_id: int = 0,
+             goto_table: int | None = None, **match: object) -> "Flow":
         """Build a flow from keyword match fields (os-ken OXM names)."""
-        return Flow(priority, tuple(sorted(match.items())), tuple(actions))
+        return Flow(priority, tuple(sorted(match.items())), tuple(actions), table_id, goto_table)
+
+    @property
+    def key(self) -> tuple:
+        """What identifies the entry in a switch: table, priority, match."""
+        return (self.table_id, self.priority, self.match)
 
 
 @dataclass(frozen=True)
@@ -97,3 +108,7 @@ class SwitchIntent:
     dpid: int
     flows: tuple[Flow, ...]
     groups: tuple[Group, ...]
+
+    def group(self, group_id: int) -> Group:
+        """Return the group with ``group_id``."""
+        return next(g for g in self.groups if g.group_id == group_id)

@@ -89,8 +89,9 @@ def test_selection_method_words_dp_hash():
 
 
 def test_selection_method_param_and_limits():
-    words = of.selection_method_words("hash", param=0x0102030405060708)
-    assert words[-2:] == [0x01020304, 0x05060708]
+    words = of.selection_method_words("dp_hash", hash_basis=0x05060708)
+    # Upper 32 bits: the L4 hash algorithm (0); lower 32 bits: the basis.
+    assert words[-2:] == [of.DP_HASH_L4, 0x05060708]
     assert len(of.selection_method_words("x" * 15)) == 7  # 15 chars + NUL
     with pytest.raises(ValueError):
         of.selection_method_words("x" * 16)
@@ -134,7 +135,7 @@ def test_select_group_mod_round_trip(dp):
     (prop,) = parsed.properties
     assert isinstance(prop, parser.OFPGroupPropExperimenter)
     assert prop.experimenter == 0x154D and prop.exp_type == 1
-    assert list(prop.data) == of.selection_method_words("dp_hash")
+    assert list(prop.data) == of.selection_method_words("dp_hash", group.hash_basis)
 
 
 def test_single_bucket_select_group_parses_with_stock_parser(dp):

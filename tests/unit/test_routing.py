@@ -9,6 +9,8 @@ over the switch-only subgraph.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 import pytest
 
@@ -29,14 +31,32 @@ def fabric(request):
 
 # --- a small independent packet tracer ---------------------------------------
 
-def lookup(intent: SwitchIntent, packet: dict):
-    """Return the highest-priority flow of ``intent`` that matches ``packet``."""
-    matching = [f for f in intent.flows if all(packet.get(k) == v for k, v in f.match)]
-    assert matching, f"{intent.name}: no flow matches {packet} (not even table-miss)"
+def lookup_in_table(intent: SwitchIntent, packet: dict, table: int):
+    """Return the highest-priority flow of ``table`` that matches ``packet``."""
+    matching = [f for f in intent.flows
+                if f.table_id == table and all(packet.get(k) == v for k, v in f.match)]
+    assert matching, f"{intent.name}: no flow in table {table} matches {packet}"
     top = max(f.priority for f in matching)
     best = [f for f in matching if f.priority == top]
     assert len(best) == 1, f"{intent.name}: ambiguous flows for {packet}: {best}"
     return best[0]
+
+
+def lookup(intent: SwitchIntent, packet: dict):
+    """Return the last flow ``packet`` hits, following goto-table from table 0.
+
+    Actions of the earlier tables (e.g. set-queue) are kept on the returned
+    flow, in order, as a switch applies them.
+    """
+    flow = lookup_in_table(intent, packet, 0)
+    earlier: tuple = ()
+    tables_seen = {0}
+    while flow.goto_table is not None:
+        assert flow.goto_table not in tables_seen, f"{intent.name}: goto loop"
+        tables_seen.add(flow.goto_table)
+        earlier += flow.actions
+        flow = lookup_in_table(intent, packet, flow.goto_table)
+    return replace(flow, actions=earlier + flow.actions) if earlier else flow
 
 
 def out_ports(intent: SwitchIntent, flow) -> list[int]:
@@ -186,7 +206,8 @@ def test_base_flows_on_every_switch(fabric):
         flows = set(intent.flows)
         ipv6 = [f for f in flows if dict(f.match).get("eth_type") == ETH_TYPE_IPV6]
         arp = [f for f in flows if dict(f.match).get("eth_type") == ETH_TYPE_ARP]
-        miss = [f for f in flows if not f.match]
+        miss = [f for f in flows if not f.match and f.table_id == 0]
+        route_miss = [f for f in flows if not f.match and f.table_id == 1]
         assert len(ipv6) == 1 and ipv6[0].priority == PRIORITY_CONTROL == 1000
         assert ipv6[0].actions == () and dict(ipv6[0].match) == {"eth_type": ETH_TYPE_IPV6}
         assert len(arp) == 1 and arp[0].priority == 1000
@@ -195,7 +216,10 @@ def test_base_flows_on_every_switch(fabric):
         # IPv6 and ARP win over everything; anything else falls to table-miss.
         assert lookup(intent, {"eth_type": ETH_TYPE_IPV6, "ipv4_dst": "10.0.0.1"}) == ipv6[0]
         assert lookup(intent, {"eth_type": ETH_TYPE_ARP}) == arp[0]
-        assert lookup(intent, {"eth_type": ETH_TYPE_IPV4, "ipv4_dst": "10.250.0.1"}) == miss[0]
+        assert route_miss and route_miss[0].actions == () and route_miss[0].goto_table is None
+        assert lookup(intent, {"eth_type": ETH_TYPE_IPV4, "ipv4_dst": "10.250.0.1"}) == \
+            route_miss[0]
+        assert lookup(intent, {"eth_type": 0x88CC}) == miss[0]
         assert len(intent.flows) == len(flows), f"{sw}: duplicate flows"
 
 
@@ -222,7 +246,8 @@ def test_rail_clos_leaf_uses_one_group_of_four_spines(rail):
     assert group.kind == "select"
     assert len(group.buckets) == 4
     assert sorted(b.port for b in group.buckets) == sorted(fg.port(graph, leaf, s) for s in spines)
-    assert all(b.weight == 1 and b.watch_port is None for b in group.buckets)
+    # Equal weights; each bucket watches its own port so the switch skips a dead link.
+    assert all(b.weight == 1 and b.watch_port == b.port for b in group.buckets)
     # A host under the same leaf is a direct output.
     near = graph.nodes["h1g0"]["ip"]
     assert lookup(intent, {"eth_type": ETH_TYPE_IPV4, "ipv4_dst": near}).actions == (

@@ -1,0 +1,74 @@
+"""Controller configuration file: lanes, rate scale, adaptive tuning (JSON).
+
+::
+
+    {"lanes": [...],                       # see fabric.lanes; default one lane
+     "scale_mbps_per_gbps": 0.05,          # the emulation's rate scale
+     "adaptive": {"interval_s": 0.1, ...}} # see fabric.adaptive.AdaptiveParams
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabric.adaptive import AdaptiveConfigError, AdaptiveParams
+from fabric.lanes import (SINGLE_LANE, LaneConfig, LaneConfigError, lane_config_from_dict,
+                          lane_config_to_dict)
+
+DEFAULT_SCALE_MBPS_PER_GBPS = 0.05
+
+
+class ControllerConfigError(ValueError):
+    """A controller config that cannot be used."""
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Everything a policy app needs besides the graph."""
+
+    lanes: LaneConfig = SINGLE_LANE
+    scale_mbps_per_gbps: float = DEFAULT_SCALE_MBPS_PER_GBPS
+    adaptive: AdaptiveParams = field(default_factory=AdaptiveParams)
+
+
+def controller_config_from_dict(data: dict[str, Any]) -> ControllerConfig:
+    """Validate and build a :class:`ControllerConfig`."""
+    if not isinstance(data, dict):
+        raise ControllerConfigError("controller config must be a JSON object")
+    unknown = set(data) - {"lanes", "scale_mbps_per_gbps", "adaptive"}
+    if unknown:
+        raise ControllerConfigError(f"unknown controller config keys {sorted(unknown)}")
+    try:
+        lanes = lane_config_from_dict(data) if "lanes" in data else SINGLE_LANE
+        known = {f.name for f in dataclasses.fields(AdaptiveParams)}
+        raw = data.get("adaptive", {})
+        if not isinstance(raw, dict) or set(raw) - known:
+            raise ControllerConfigError(f"adaptive takes only {sorted(known)}")
+        adaptive = AdaptiveParams(**raw)
+        scale = float(data.get("scale_mbps_per_gbps", DEFAULT_SCALE_MBPS_PER_GBPS))
+    except (LaneConfigError, AdaptiveConfigError, TypeError, ValueError) as exc:
+        raise ControllerConfigError(str(exc)) from None
+    if not scale > 0:
+        raise ControllerConfigError(f"scale_mbps_per_gbps must be > 0, got {scale}")
+    return ControllerConfig(lanes, scale, adaptive)
+
+
+def load_controller_config(path: str | Path) -> ControllerConfig:
+    """Read a controller config file."""
+    try:
+        return controller_config_from_dict(json.loads(Path(path).read_text()))
+    except OSError as exc:
+        raise ControllerConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ControllerConfigError(f"{path} is not valid JSON: {exc}") from None
+
+
+def controller_config_to_dict(config: ControllerConfig) -> dict[str, Any]:
+    """The JSON form of ``config``."""
+    return {**lane_config_to_dict(config.lanes),
+            "scale_mbps_per_gbps": config.scale_mbps_per_gbps,
+            "adaptive": dataclasses.asdict(config.adaptive)}

@@ -1,0 +1,56 @@
+"""Routing policies by name: what each one installs (pure).
+
+* ``ecmp``: per-flow hashing over all equal-cost next hops, equal weights.
+* ``spray``: the same switch state; spraying happens because senders vary
+  the UDP source port (the entropy) per packet, as RoCEv2 and Ultra Ethernet
+  NICs do, and the ``dp_hash`` select groups hash the full 5-tuple. Open
+  vSwitch has no per-packet select method, so the switches cannot spray
+  on their own.
+* ``adaptive``: spraying plus bucket weights from port telemetry
+  (:mod:`fabric.adaptive`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import networkx as nx
+
+from fabric.intents import SwitchIntent
+from fabric.lanes import SINGLE_LANE, LaneConfig
+from fabric.routing import Weights, build_intents, route_tables
+
+POLICIES = ("ecmp", "spray", "adaptive")
+SPRAYING = {"ecmp": False, "spray": True, "adaptive": True}
+
+
+def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = (),
+                    lanes: LaneConfig = SINGLE_LANE,
+                    weights: dict[str, Weights] | None = None,
+                    previous: dict[str, SwitchIntent] | None = None,
+                    default_weight: int = 1) -> dict[str, SwitchIntent]:
+    """Return ``{switch: SwitchIntent}`` for ``policy``.
+
+    Parameters
+    ----------
+    policy : str
+        One of :data:`POLICIES`.
+    graph : networkx.Graph
+        The fabric graph.
+    down : iterable of frozenset
+        Links currently down.
+    lanes : LaneConfig
+        Service level -> lane map.
+    weights : dict, optional
+        Bucket weights (``adaptive`` only).
+    previous : dict, optional
+        Installed intents whose group ids are kept.
+    default_weight : int
+        Weight of buckets ``weights`` does not name.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    if policy != "adaptive" and weights:
+        raise ValueError(f"{policy} uses equal weights")
+    return build_intents(graph, route_tables(graph, down), lanes, weights, previous,
+                         default_weight)
