@@ -128,6 +128,13 @@ class Emulation:
         """Return the Mininet host ``name``."""
         return self.net.get(name)
 
+    def controller_status(self) -> dict:
+        """The controller's status report (ready switches, down links, events)."""
+        try:
+            return json.loads((self.workdir / "controller.json").read_text())
+        except (OSError, ValueError, TypeError):
+            return {}
+
     # -- bring-up -----------------------------------------------------------
 
     def start(self) -> None:
@@ -144,7 +151,7 @@ class Emulation:
             with _phase(self.report, "configure"):
                 self._configure_hosts_and_shaping()
             with _phase(self.report, "routes"):
-                self._wait_controller_ready()
+                self.wait_until_routed()
             if self.report.datapath == "user":
                 self.report.warnings += ovs.socket_buffer_warnings(
                     self.state.root_intfs, int(RUN_SYSCTLS["net.core.rmem_default"]),
@@ -265,26 +272,23 @@ class Emulation:
                                          self.options.queue_pkts, self.options.lanes)
         return "".join(line + "\n" for line in lines)
 
-    def _wait_controller_ready(self) -> None:
-        status_path = self.workdir / "controller.json"
+    def wait_until_routed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
+        """Block until the controller has confirmed every switch's routes."""
         want = len(fg.switches(self.graph))
-        deadline = time.monotonic() + CONTROLLER_READY_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         status: dict = {}
         while time.monotonic() < deadline:
             if self._controller.poll() is not None:
                 raise EmulationError(f"the controller exited ({self._controller.returncode}): "
                                      f"{_tail(self.workdir / 'controller.log')}")
-            try:
-                status = json.loads(status_path.read_text())
-            except (OSError, ValueError):
-                status = {}
+            status = self.controller_status()
             if status.get("errors"):
                 raise EmulationError(f"the controller reported: {status['errors'][0]}")
             if len(status.get("ready", [])) == want:
                 return
             time.sleep(0.02)
         raise EmulationError(f"only {len(status.get('ready', []))} of {want} switches had their "
-                             f"routes confirmed within {CONTROLLER_READY_TIMEOUT_S:.0f} s; "
+                             f"routes confirmed within {timeout_s:.0f} s; "
                              f"controller log: {_tail(self.workdir / 'controller.log')}")
 
     # -- teardown -------------------------------------------------------------

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +94,21 @@ def ensure_running(datapath: str) -> list[str]:
         system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
     _start_vswitchd_with_wmem()
     return warnings
+
+
+def restart_vswitchd(timeout_s: float = 10.0) -> None:
+    """Stop and start ovs-vswitchd (bridges persist in ovsdb and come back).
+
+    Used to test that a fabric survives a switch restart; must run while an
+    emulation holds the socket-buffer sysctls raised.
+    """
+    pid = _daemon_pid("ovs-vswitchd")
+    if pid is not None:
+        system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
+        deadline = time.monotonic() + timeout_s
+        while system.pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    _start_vswitchd_with_wmem()
 
 
 def _marker_pid() -> int | None:

@@ -1,0 +1,192 @@
+"""Real fabrics under each policy: spraying, adaptive weights, isolation,
+failover and a switch restart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+import topologies
+from fabric import graph as fg
+from fabric import ovs
+from fabric.emulation import Emulation, EmulationOptions
+from fabric.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES
+from fabric.reachability import check_all_pairs
+from tests.integration.helpers import (SPRAY_SENDER, UDP_COUNTER, group_weights,
+                                       port_tx_packets)
+
+# Rail 0 of the default rail-clos: h0g0..h3g0 under r0l0, h4g0..h7g0 under r0l1.
+SRC, DST, LEAF = "h0g0", "h4g0", "r0l0"
+
+
+def uplinks(graph, leaf: str) -> list[int]:
+    return sorted(fg.port(graph, leaf, n) for n in graph.neighbors(leaf)
+                  if graph.nodes[n]["role"] == "spine")
+
+
+def iperf_server(emu: Emulation, host: str, port: int = 5201) -> subprocess.Popen:
+    proc = emu.host(host).popen(["iperf3", "-s", "-1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    return proc
+
+
+def iperf_client(emu: Emulation, host: str, dst: str, *args: str, port: int = 5201
+                 ) -> subprocess.Popen:
+    return emu.host(host).popen(["iperf3", "-c", emu.graph.nodes[dst]["ip"], "-p", str(port),
+                                 "--json", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err.decode() or out.decode()[-500:]
+    return json.loads(out)
+
+
+def test_sprayed_udp_flow_uses_every_spine() -> None:
+    graph = topologies.build("rail-clos")
+    with Emulation(graph, EmulationOptions(policy="spray")) as emu:
+        counter = emu.host(DST).popen([sys.executable, "-c", UDP_COUNTER, "4791"],
+                                      stdout=subprocess.PIPE)
+        time.sleep(0.3)
+        before = port_tx_packets(LEAF)
+        sender = emu.host(SRC).popen([sys.executable, "-c", SPRAY_SENDER,
+                                      graph.nodes[DST]["ip"], "4791", "2000", "1000", "10",
+                                      "40000", "64"])
+        assert sender.wait(timeout=30) == 0
+        after = port_tx_packets(LEAF)
+        received = int(counter.communicate(timeout=30)[0])
+    shares = {p: after[p] - before[p] for p in uplinks(graph, LEAF)}
+    total = sum(shares.values())
+    print(f"spray over uplinks: {shares} ({received} of 2000 received)")
+    assert total >= 2000
+    assert all(n >= 0.10 * total for n in shares.values()), shares
+    assert received >= 0.99 * 2000
+
+
+def test_adaptive_weights_move_in_ovs_under_a_hot_spot() -> None:
+    graph = topologies.build("rail-clos")
+    with Emulation(graph, EmulationOptions(policy="adaptive")) as emu:
+        idle = group_weights(LEAF)
+        assert idle and all(len(set(w)) == 1 for w in idle.values()), idle
+        server = iperf_server(emu, DST)
+        client = iperf_client(emu, SRC, DST, "-t", "4")
+        skewed, start = [], time.monotonic()
+        while client.poll() is None:
+            skewed += [w for w in group_weights(LEAF).values() if len(set(w)) > 1]
+            time.sleep(0.1)
+        finish(client)
+        server.wait(timeout=10)
+        restored = None
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            now = group_weights(LEAF)
+            if all(len(set(w)) == 1 and w[0] == max(w) for w in now.values()):
+                restored = time.monotonic()
+                break
+            time.sleep(0.1)
+    print(f"adaptive: {len(skewed)} skewed samples, e.g. {skewed[:3]}")
+    assert skewed, "one 20 Mbit/s flow on one uplink should make the controller shift weight"
+    assert restored is not None, "weights should return to equal once the fabric is idle"
+
+
+def _collective_mbps(lanes) -> float:
+    """Collective-class TCP goodput while a storage-class UDP flood shares its links."""
+    graph = topologies.build("rail-clos")
+    with Emulation(graph, EmulationOptions(policy="ecmp", lanes=lanes)) as emu:
+        server = iperf_server(emu, DST)
+        flood_sink = iperf_server(emu, DST, port=5202)
+        flood = iperf_client(emu, "h1g0", DST, "-u", "-b", "40M", "-t", "6",
+                             "--dscp", str(DSCP_STORAGE), port=5202)
+        time.sleep(1)
+        collective = iperf_client(emu, SRC, DST, "-t", "4", "--dscp", str(DSCP_COLLECTIVE))
+        result = finish(collective)
+        finish(flood)
+        server.wait(timeout=10)
+        flood_sink.wait(timeout=10)
+    return result["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def test_storage_flood_leaves_collective_its_guaranteed_share() -> None:
+    link_mbps = 20.0  # default host link and non-blocking uplinks
+    guaranteed = THREE_LANES.lanes[THREE_LANES.queue_named("collective")].share * link_mbps
+    isolated = _collective_mbps(THREE_LANES)
+    shared = _collective_mbps(SINGLE_LANE)
+    print(f"collective under a storage flood: {isolated:.2f} Mbit/s with lanes, "
+          f"{shared:.2f} Mbit/s in one shared lane (guaranteed {guaranteed:.1f})")
+    assert isolated >= 0.95 * guaranteed
+    assert shared < isolated, "without lanes the flood should hurt the collective flow"
+
+
+def longest_stall(intervals: list[tuple[float, float]], floor_bps: float,
+                  step_s: float = 0.1) -> float:
+    """Longest run of consecutive intervals below ``floor_bps``, in seconds."""
+    longest = run = 0.0
+    for _, bps in intervals:
+        run = run + step_s if bps < floor_bps else 0.0
+        longest = max(longest, run)
+    return longest
+
+
+def test_link_down_during_traffic_is_routed_around_within_a_second() -> None:
+    graph = topologies.build("rail-clos")
+    with Emulation(graph, EmulationOptions(policy="ecmp")) as emu:
+        server = iperf_server(emu, DST)
+        client = iperf_client(emu, SRC, DST, "-t", "6", "-i", "0.1")
+        time.sleep(1.5)
+        before = port_tx_packets(LEAF)
+        time.sleep(0.5)
+        after = port_tx_packets(LEAF)
+        busy = max(uplinks(graph, LEAF), key=lambda p: after[p] - before[p])
+        dev = fg.intf_name(LEAF, busy)
+        cut_at = time.time()
+        subprocess.run(["ip", "link", "set", "dev", dev, "down"], check=True)
+        result = finish(client)
+        server.wait(timeout=10)
+        status = emu.controller_status()
+        reach = check_all_pairs(graph, emu.host)
+        subprocess.run(["ip", "link", "set", "dev", dev, "up"], check=True)
+        time.sleep(1)
+        healed = emu.controller_status()
+    start = result["start"]["timestamp"]["timesecs"]
+    intervals = [(start + i["sum"]["start"], i["sum"]["bits_per_second"])
+                 for i in result["intervals"]]
+    mean = sum(b for _, b in intervals) / len(intervals)
+    gap = longest_stall([(t, b) for t, b in intervals[:-1] if t >= cut_at - 0.1], 0.1 * mean)
+    reacted = [e["time"] - cut_at for e in status["events"]
+               if e["time"] >= cut_at and "down" in e["what"]]
+    print(f"failover: stall {gap:.2f} s, controller updated {reacted[:1]} s after the cut; "
+          f"Mbit/s per 0.1 s after the cut: "
+          f"{[round(b / 1e6, 1) for t, b in intervals if t >= cut_at - 0.2][:30]}")
+    assert result["end"]["sum_received"]["bytes"] > 0
+    assert gap < 1.0
+    assert reacted and reacted[0] < 1.0
+    assert status["down_links"], "the controller should know the link is down"
+    assert reach.ok, reach.failed[:5]
+    assert healed["down_links"] == []
+
+
+def test_fabric_survives_an_open_vswitch_restart() -> None:
+    graph = topologies.build("rail-clos")
+    with Emulation(graph, EmulationOptions(policy="ecmp")) as emu:
+        server = iperf_server(emu, DST)
+        client = iperf_client(emu, SRC, DST, "-t", "8")
+        time.sleep(2)
+        ovs.restart_vswitchd()
+        deadline = time.monotonic() + 5
+        while len(emu.controller_status().get("ready", [])) == len(fg.switches(graph)):
+            if time.monotonic() > deadline:
+                break  # reconnection was faster than we could observe
+            time.sleep(0.05)
+        emu.wait_until_routed(timeout_s=20)
+        result = finish(client)
+        server.wait(timeout=10)
+        reach = check_all_pairs(graph, emu.host)
+    assert result["end"]["sum_received"]["bytes"] > 0
+    assert reach.ok, reach.failed[:5]
+    assert emu.leftovers() == []
