@@ -12,7 +12,6 @@ runs the undo log, whatever happened before.
 from __future__ import annotations
 
 import json
-import ipaddress
 import os
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from typing import Any, Iterator
 
 import networkx as nx
 
-from fabric import capacity, ovs, runstate, shaping, system
+from fabric import capacity, hostconfig, ovs, runstate, shaping, system
 from fabric import graph as fg
 from fabric.adaptive import AdaptiveParams
 from fabric.ctlconfig import ControllerConfig, controller_config_to_dict
@@ -244,33 +243,27 @@ class Emulation:
         net.start()
 
     def _configure_hosts_and_shaping(self) -> None:
-        plan = self.report.rate_plan
+        shaping_args = (self.report.rate_plan.link_mbps, self.options.queue_pkts,
+                        self.options.lanes)
         procs = []
         for ep in fg.endpoints(self.graph):
             ip_file = self.workdir / f"{ep}.ip"
             tc_file = self.workdir / f"{ep}.tc"
-            ip_file.write_text(host_ip_batch(self.graph, ep))
-            tc_file.write_text(self._tc_batch(ep, plan))
+            ip_file.write_text(hostconfig.host_ip_batch(self.graph, ep))
+            tc_file.write_text(hostconfig.endpoint_tc_batch(self.graph, ep, *shaping_args))
             devs = [fg.intf_name(ep, nic["port"]) for nic in self.graph.nodes[ep]["nics"]]
             procs.append((ep, self.host(ep).popen(
                 ["sh", "-ec", HOST_SETUP_SCRIPT, "sh", str(ip_file), str(tc_file), *devs],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         root_tc = self.workdir / "switches.tc"
-        root_tc.write_text("".join(self._tc_batch(sw, plan) for sw in fg.switches(self.graph)))
+        root_tc.write_text("".join(hostconfig.switch_tc_batch(self.graph, sw, *shaping_args)
+                                   for sw in fg.switches(self.graph)))
         system.run(["tc", "-batch", str(root_tc)], timeout=60)
         system.run(["sh", "-ec", OFFLOADS_OFF_SCRIPT, "sh", *self.state.root_intfs], timeout=60)
         for ep, proc in procs:
             out, _ = proc.communicate(timeout=60)
             if proc.returncode != 0:
                 raise EmulationError(f"configuring host {ep} failed: {out.decode().strip()}")
-
-    def _tc_batch(self, node: str, plan: capacity.RatePlan) -> str:
-        lines = []
-        for nbr in self.graph.neighbors(node):
-            dev = fg.intf_name(node, fg.port(self.graph, node, nbr))
-            lines += shaping.shape_lines(dev, plan.link_mbps[frozenset((node, nbr))],
-                                         self.options.queue_pkts, self.options.lanes)
-        return "".join(line + "\n" for line in lines)
 
     def wait_until_routed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
         """Block until the controller has confirmed every switch's routes."""
@@ -328,36 +321,6 @@ class Emulation:
         if self._made is None:
             return []
         return runstate.leftovers(self._made)
-
-
-def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
-    """``ip -batch`` lines for one endpoint: addresses, MACs and static ARP.
-
-    Static ARP for every other NIC in the fabric, on the NIC whose prefix
-    routes to it, so no ARP is ever flooded through the multipath fabric.
-    """
-    nics = graph.nodes[endpoint]["nics"]
-    lines = []
-    for nic in nics:
-        dev = fg.intf_name(endpoint, nic["port"])
-        plen = ipaddress.ip_network(nic["prefix"]).prefixlen
-        lines += [f"link set dev {dev} down", f"link set dev {dev} address {nic['mac']}",
-                  f"addr flush dev {dev}", f"addr add {nic['ip']}/{plen} dev {dev}",
-                  f"link set dev {dev} up"]
-    for att in fg.attachments(graph):
-        if att.endpoint == endpoint:
-            continue
-        nic = _nic_for(nics, att.ip)
-        if nic is not None:
-            lines.append(f"neigh replace {att.ip} lladdr {att.mac} "
-                         f"dev {fg.intf_name(endpoint, nic['port'])} nud permanent")
-    return "".join(line + "\n" for line in lines)
-
-
-def _nic_for(nics: list[dict], ip: str) -> dict | None:
-    addr = ipaddress.ip_address(ip)
-    matching = [n for n in nics if addr in ipaddress.ip_network(n["prefix"])]
-    return max(matching, key=lambda n: ipaddress.ip_network(n["prefix"]).prefixlen, default=None)
 
 
 def _tail(path: Path, lines: int = 5) -> str:

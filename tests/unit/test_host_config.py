@@ -9,7 +9,7 @@ import pytest
 
 import topologies
 from fabric import graph as fg
-from fabric.emulation import _nic_for, host_ip_batch
+from fabric.hostconfig import host_ip_batch, nic_for as _nic_for
 
 NEIGH = re.compile(r"^neigh replace (\S+) lladdr (\S+) dev (\S+) nud permanent$")
 

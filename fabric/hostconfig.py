@@ -1,0 +1,94 @@
+"""Per-node configuration files: addresses, static ARP, shaping (pure).
+
+Where each link direction is shaped:
+
+* switch -> switch and endpoint -> switch: an HTB tree on the sender's
+  egress interface (the switch port, or the endpoint's NIC);
+* switch -> endpoint: on an IFB device at the endpoint's ingress. The
+  endpoint's NIC redirects everything it receives to its IFB, whose egress
+  carries the link's HTB tree and buffer. Drops there are counted exactly,
+  whereas on an OVS egress tc undercounts them several-fold (userspace OVS
+  discards the rest of a send batch when the qdisc refuses a packet).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import networkx as nx
+
+from fabric import graph as fg
+from fabric.lanes import LaneConfig
+from fabric.shaping import shape_lines
+
+
+def ifb_name(endpoint: str, port: int) -> str:
+    """Name of the IFB device that shapes traffic into ``endpoint``'s NIC ``port``."""
+    return f"{endpoint}-ifb{port}"
+
+
+def nic_for(nics: list[dict], ip: str) -> dict | None:
+    """The NIC whose prefix holds ``ip`` (longest match), or None."""
+    addr = ipaddress.ip_address(ip)
+    matching = [n for n in nics if addr in ipaddress.ip_network(n["prefix"])]
+    return max(matching, key=lambda n: ipaddress.ip_network(n["prefix"]).prefixlen, default=None)
+
+
+def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
+    """``ip -batch`` lines for one endpoint: addresses, MACs, IFBs and static ARP.
+
+    Static ARP for every other NIC in the fabric, on the NIC whose prefix
+    routes to it, so no ARP is ever flooded through the multipath fabric.
+    """
+    nics = graph.nodes[endpoint]["nics"]
+    lines = []
+    for nic in nics:
+        dev = fg.intf_name(endpoint, nic["port"])
+        ifb = ifb_name(endpoint, nic["port"])
+        plen = ipaddress.ip_network(nic["prefix"]).prefixlen
+        lines += [f"link set dev {dev} down", f"link set dev {dev} address {nic['mac']}",
+                  f"addr flush dev {dev}", f"addr add {nic['ip']}/{plen} dev {dev}",
+                  f"link set dev {dev} up", f"link add name {ifb} type ifb",
+                  f"link set dev {ifb} up"]
+    for att in fg.attachments(graph):
+        if att.endpoint == endpoint:
+            continue
+        nic = nic_for(nics, att.ip)
+        if nic is not None:
+            lines.append(f"neigh replace {att.ip} lladdr {att.mac} "
+                         f"dev {fg.intf_name(endpoint, nic['port'])} nud permanent")
+    return "".join(line + "\n" for line in lines)
+
+
+def endpoint_tc_batch(graph: nx.Graph, endpoint: str, link_mbps: dict[frozenset, float],
+                      queue_pkts: int, lanes: LaneConfig) -> str:
+    """``tc -batch`` lines for an endpoint: NIC egress, and ingress via its IFB."""
+    lines = []
+    for nic in graph.nodes[endpoint]["nics"]:
+        dev = fg.intf_name(endpoint, nic["port"])
+        ifb = ifb_name(endpoint, nic["port"])
+        switch = next(n for n in graph.neighbors(endpoint)
+                      if fg.port(graph, endpoint, n) == nic["port"])
+        mbps = link_mbps[frozenset((endpoint, switch))]
+        lines += shape_lines(dev, mbps, queue_pkts, lanes)
+        lines += [f"qdisc add dev {dev} handle ffff: ingress",
+                  f"filter add dev {dev} parent ffff: protocol all prio 1 u32 match u32 0 0 "
+                  f"action mirred egress redirect dev {ifb}"]
+        lines += shape_lines(ifb, mbps, queue_pkts, lanes)
+    return "".join(line + "\n" for line in lines)
+
+
+def switch_tc_batch(graph: nx.Graph, switch: str, link_mbps: dict[frozenset, float],
+                    queue_pkts: int, lanes: LaneConfig) -> str:
+    """``tc -batch`` lines for a switch's ports towards other switches.
+
+    Ports towards endpoints stay unshaped: those links are shaped at the
+    endpoint's IFB.
+    """
+    lines = []
+    for nbr in graph.neighbors(switch):
+        if fg.is_endpoint(graph, nbr):
+            continue
+        dev = fg.intf_name(switch, fg.port(graph, switch, nbr))
+        lines += shape_lines(dev, link_mbps[frozenset((switch, nbr))], queue_pkts, lanes)
+    return "".join(line + "\n" for line in lines)

@@ -1,0 +1,1 @@
+"""Traffic: transfer schedules (collectives, storage), the plan format, metrics."""

@@ -1,0 +1,194 @@
+"""Transfers, schedules and the plan file the host agents execute (pure).
+
+A *transfer* moves ``bytes`` from endpoint ``src`` to endpoint ``dst``. It
+starts once every transfer in ``after`` is complete *as seen by src*: a
+transfer src received is complete when its last byte arrived; a transfer src
+sent is complete when its receiver confirmed the last byte. Dependencies are
+therefore local to the sender, as in NCCL where a rank forwards a chunk once
+it has received it; :func:`validate_schedule` rejects any other.
+
+A *plan* is what every host agent reads: the transfers, the addresses of the
+endpoints (each NIC as ``ip/prefixlen``: a sender uses the NIC whose prefix
+holds the destination, longest match first), the transport and a common
+start time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+TRANSPORTS = ("tcp", "roce")
+ENTROPY = ("flow", "packet")
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot run (unknown host, cycle, non-local dependency)."""
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One point-to-point transfer.
+
+    ``tag`` names the pattern step (e.g. ``"ring-allreduce/step3"``);
+    ``channel`` picks which of the connections (queue pairs) between the
+    two endpoints carries it; ``dst_ip`` overrides the destination address
+    (a dual-homed storage node has one per zone).
+    """
+
+    id: str
+    src: str
+    dst: str
+    bytes: int
+    after: tuple[str, ...] = ()
+    dscp: int = 0
+    tag: str = ""
+    channel: int = 0
+    dst_ip: str | None = None
+
+
+@dataclass(frozen=True)
+class TransportSpec:
+    """How bytes move: kernel TCP or the RoCEv2-like reliable UDP transport.
+
+    ``connections``: TCP connections (queue pairs) per peer and channel, a
+    transfer is split evenly over them. ``entropy``: ``flow`` keeps one UDP
+    source port per transfer (ECMP-like), ``packet`` varies it per packet
+    over ``entropy_ports`` ports (spraying). ``rate_mbps``: pacing ceiling of
+    a roce sender (the emulated host link rate).
+    """
+
+    kind: str = "tcp"
+    connections: int = 1
+    entropy: str = "flow"
+    entropy_ports: int = 64
+    rate_mbps: float = 20.0
+    mtu_payload: int = 1400
+
+    def __post_init__(self) -> None:
+        if self.kind not in TRANSPORTS:
+            raise ScheduleError(f"transport must be one of {TRANSPORTS}, got {self.kind!r}")
+        if self.entropy not in ENTROPY:
+            raise ScheduleError(f"entropy must be one of {ENTROPY}, got {self.entropy!r}")
+        if not 1 <= self.connections <= 64:
+            raise ScheduleError(f"connections must be 1..64, got {self.connections}")
+        if not 1 <= self.entropy_ports <= 1024:
+            raise ScheduleError(f"entropy_ports must be 1..1024, got {self.entropy_ports}")
+        if not self.rate_mbps > 0:
+            raise ScheduleError(f"rate_mbps must be > 0, got {self.rate_mbps}")
+        if not 256 <= self.mtu_payload <= 1400:
+            raise ScheduleError(f"mtu_payload must be 256..1400, got {self.mtu_payload}")
+
+
+@dataclass
+class Plan:
+    """Everything the agents need; serialised as JSON."""
+
+    transfers: list[Transfer]
+    hosts: dict[str, list[str]]  # endpoint -> its NICs as "ip/prefixlen"; first is default
+    transport: TransportSpec = field(default_factory=TransportSpec)
+    start_at: float = 0.0  # wall-clock time (all hosts share one clock)
+    deadline_s: float = 120.0  # after start_at; unfinished transfers are failures
+
+    def to_json(self) -> str:
+        """Serialise for the agents."""
+        return json.dumps({"transfers": [asdict(t) for t in self.transfers],
+                           "hosts": self.hosts, "transport": asdict(self.transport),
+                           "start_at": self.start_at, "deadline_s": self.deadline_s})
+
+    @staticmethod
+    def from_json(text: str) -> "Plan":
+        """Parse what :meth:`to_json` wrote."""
+        data = json.loads(text)
+        transfers = [Transfer(**{**t, "after": tuple(t.get("after", ()))})
+                     for t in data["transfers"]]
+        hosts = {name: list(nics) for name, nics in data["hosts"].items()}
+        return Plan(transfers, hosts, TransportSpec(**data["transport"]),
+                    float(data["start_at"]), float(data["deadline_s"]))
+
+    def save(self, path: Path) -> None:
+        """Write the plan to ``path``."""
+        path.write_text(self.to_json())
+
+
+def validate_schedule(transfers: Iterable[Transfer], hosts: Iterable[str]) -> None:
+    """Check ids are unique, endpoints exist, dependencies are local and acyclic.
+
+    Raises
+    ------
+    ScheduleError
+        Naming the first offending transfer.
+    """
+    hosts = set(hosts)
+    by_id: dict[str, Transfer] = {}
+    for t in transfers:
+        if t.id in by_id:
+            raise ScheduleError(f"duplicate transfer id {t.id!r}")
+        if t.src not in hosts or t.dst not in hosts:
+            raise ScheduleError(f"{t.id}: unknown endpoint in {t.src} -> {t.dst}")
+        if t.src == t.dst:
+            raise ScheduleError(f"{t.id}: a transfer needs two endpoints")
+        if t.bytes < 1:
+            raise ScheduleError(f"{t.id}: bytes must be >= 1, got {t.bytes}")
+        by_id[t.id] = t
+    for t in by_id.values():
+        for dep in t.after:
+            if dep not in by_id:
+                raise ScheduleError(f"{t.id}: depends on unknown transfer {dep!r}")
+            if t.src not in (by_id[dep].src, by_id[dep].dst):
+                raise ScheduleError(f"{t.id}: depends on {dep}, which {t.src} neither sends "
+                                    f"nor receives")
+    _check_acyclic(by_id)
+
+
+def _check_acyclic(by_id: dict[str, Transfer]) -> None:
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+    for root in by_id:
+        stack = [(root, iter(by_id[root].after))]
+        state[root] = state.get(root, 0) or 1
+        if state[root] == 2:
+            continue
+        while stack:
+            node, deps = stack[-1]
+            dep = next(deps, None)
+            if dep is None:
+                state[node] = 2
+                stack.pop()
+            elif state.get(dep) == 1:
+                raise ScheduleError(f"dependency cycle through {dep!r}")
+            elif state.get(dep) != 2:
+                state[dep] = 1
+                stack.append((dep, iter(by_id[dep].after)))
+
+
+def dependency_order(transfers: Iterable[Transfer]) -> list[Transfer]:
+    """Return transfers so that each comes after everything it depends on."""
+    by_id = {t.id: t for t in transfers}
+    done: set[str] = set()
+    order: list[Transfer] = []
+
+    def visit(tid: str) -> None:
+        stack = [tid]
+        while stack:
+            cur = stack[-1]
+            pending = [d for d in by_id[cur].after if d not in done]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            if cur not in done:
+                done.add(cur)
+                order.append(by_id[cur])
+
+    for tid in by_id:
+        visit(tid)
+    return order
+
+
+def result_dict(transfer_id: str, role: str, start: float, end: float | None, nbytes: int,
+                **extra: Any) -> dict[str, Any]:
+    """One row of an agent's report (``end`` None: not finished)."""
+    return {"id": transfer_id, "role": role, "start": start, "end": end, "bytes": nbytes,
+            **extra}
