@@ -57,6 +57,11 @@ def _daemon_pid(name: str) -> int | None:
     return pid if system.pid_alive(pid) else None
 
 
+def vswitchd_pid() -> int | None:
+    """The running ovs-vswitchd's pid, or None."""
+    return _daemon_pid("ovs-vswitchd")
+
+
 def _ovs_ctl(*args: str) -> None:
     system.run([str(OVS_SCRIPTS / "ovs-ctl"), *args], timeout=60)
 

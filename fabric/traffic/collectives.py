@@ -261,8 +261,9 @@ def tree_allreduce(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, ds
 
     Each tree edge carries its half once up and once down, so all ranks
     together send ``2(N-1) * size_bytes`` (``2(N-1)/N * size_bytes`` per rank
-    on average, as the ring); a single rank sends between ``size_bytes / 2``
-    and ``2 * size_bytes`` (a leaf in one tree, interior in the other).
+    on average, as the ring); a single rank sends between ``size_bytes`` and
+    ``2 * size_bytes`` (up to rounding): it is a leaf or a one-child root in
+    one tree and has at most two children in the other.
 
     Parameters
     ----------

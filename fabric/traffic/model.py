@@ -16,12 +16,16 @@ start time.
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 TRANSPORTS = ("tcp", "roce")
 ENTROPY = ("flow", "packet")
+TCP_DATA_PORT = 7100
+ROCE_PORT = 4791
+SOURCE_PORTS = range(20000, 60000)
 
 
 class ScheduleError(ValueError):
@@ -91,12 +95,14 @@ class Plan:
     transport: TransportSpec = field(default_factory=TransportSpec)
     start_at: float = 0.0  # wall-clock time (all hosts share one clock)
     deadline_s: float = 120.0  # after start_at; unfinished transfers are failures
+    port_seed: int = 0  # seeds the source ports, hence the ECMP hash outcomes
 
     def to_json(self) -> str:
         """Serialise for the agents."""
         return json.dumps({"transfers": [asdict(t) for t in self.transfers],
                            "hosts": self.hosts, "transport": asdict(self.transport),
-                           "start_at": self.start_at, "deadline_s": self.deadline_s})
+                           "start_at": self.start_at, "deadline_s": self.deadline_s,
+                           "port_seed": self.port_seed})
 
     @staticmethod
     def from_json(text: str) -> "Plan":
@@ -106,7 +112,8 @@ class Plan:
                      for t in data["transfers"]]
         hosts = {name: list(nics) for name, nics in data["hosts"].items()}
         return Plan(transfers, hosts, TransportSpec(**data["transport"]),
-                    float(data["start_at"]), float(data["deadline_s"]))
+                    float(data["start_at"]), float(data["deadline_s"]),
+                    int(data.get("port_seed", 0)))
 
     def save(self, path: Path) -> None:
         """Write the plan to ``path``."""
@@ -132,6 +139,10 @@ def validate_schedule(transfers: Iterable[Transfer], hosts: Iterable[str]) -> No
             raise ScheduleError(f"{t.id}: a transfer needs two endpoints")
         if t.bytes < 1:
             raise ScheduleError(f"{t.id}: bytes must be >= 1, got {t.bytes}")
+        if not 0 <= t.dscp <= 63:
+            raise ScheduleError(f"{t.id}: dscp must be 0..63, got {t.dscp}")
+        if t.channel < 0:
+            raise ScheduleError(f"{t.id}: channel must be >= 0, got {t.channel}")
         by_id[t.id] = t
     for t in by_id.values():
         for dep in t.after:
@@ -164,8 +175,20 @@ def _check_acyclic(by_id: dict[str, Transfer]) -> None:
 
 
 def dependency_order(transfers: Iterable[Transfer]) -> list[Transfer]:
-    """Return transfers so that each comes after everything it depends on."""
+    """Return transfers so that each comes after everything it depends on.
+
+    Raises
+    ------
+    ScheduleError
+        On an unknown dependency or a cycle.
+    """
+    transfers = list(transfers)
     by_id = {t.id: t for t in transfers}
+    for t in transfers:
+        missing = [d for d in t.after if d not in by_id]
+        if missing:
+            raise ScheduleError(f"{t.id}: depends on unknown transfer {missing[0]!r}")
+    _check_acyclic(by_id)
     done: set[str] = set()
     order: list[Transfer] = []
 
@@ -185,6 +208,52 @@ def dependency_order(transfers: Iterable[Transfer]) -> list[Transfer]:
     for tid in by_id:
         visit(tid)
     return order
+
+
+def destination_ip(plan: Plan, transfer: Transfer) -> str:
+    """The address a transfer is sent to: its override or the receiver's first NIC."""
+    return transfer.dst_ip or plan.hosts[transfer.dst][0].split("/")[0]
+
+
+def tcp_connection_keys(plan: Plan, transfer: Transfer) -> list[tuple]:
+    """Connections (per sender) a TCP transfer's parts travel on, in part order.
+
+    A key is ``(dst_ip, channel, dscp, index)``; connections persist across
+    transfers with the same key, as NCCL keeps its queue pairs.
+    """
+    dst = destination_ip(plan, transfer)
+    return [(dst, transfer.channel, transfer.dscp, i)
+            for i in range(plan.transport.connections)]
+
+
+def source_ports(plan: Plan) -> dict[str, dict[tuple, tuple[int, ...]]]:
+    """The UDP/TCP source ports every sender uses, seeded by ``plan.port_seed``.
+
+    Returns ``{src: {key: ports}}``: for TCP, key is a connection key (see
+    :func:`tcp_connection_keys`) with one port; for roce, key is
+    ``("roce", transfer id)`` with one port (``entropy="flow"``) or
+    ``entropy_ports`` ports (``"packet"``). The ports decide the 5-tuples,
+    hence every ECMP hash: the same plan and seed take the same paths.
+    """
+    spec = plan.transport
+    keys: dict[str, list[tuple[tuple, int]]] = {}
+    for t in plan.transfers:
+        if spec.kind == "tcp":
+            wanted = [(key, 1) for key in tcp_connection_keys(plan, t)]
+        else:
+            wanted = [(("roce", t.id), spec.entropy_ports if spec.entropy == "packet" else 1)]
+        keys.setdefault(t.src, []).extend(wanted)
+    ports: dict[str, dict[tuple, tuple[int, ...]]] = {}
+    for src, wanted in keys.items():
+        rng = random.Random(f"{plan.port_seed}:{src}")
+        free = list(SOURCE_PORTS)
+        rng.shuffle(free)
+        mine: dict[tuple, tuple[int, ...]] = {}
+        for key, count in sorted(set(wanted), key=repr):
+            if key not in mine:
+                mine[key] = tuple(free.pop() for _ in range(count))
+        ports[src] = mine
+    return ports
 
 
 def result_dict(transfer_id: str, role: str, start: float, end: float | None, nbytes: int,

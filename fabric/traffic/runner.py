@@ -1,0 +1,256 @@
+"""Run a transfer schedule on a running emulation and measure what happened.
+
+One host agent (``python -m fabric.agent``) runs in every endpoint that
+sends or receives; all start at one wall-clock instant. Around the traffic
+the runner samples every link's counters, watches ovs-vswitchd's and the
+machine's CPU, installs per-flow path monitors on the switches, and reads
+exact drop counters from the endpoints' ingress buffers afterwards.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from fabric import fidelity
+from fabric import graph as fg
+from fabric.emulation import PROJECT_ROOT, Emulation
+from fabric.flowmon import FlowKey, FlowMonitor, path_from_switches
+from fabric.hostconfig import ifb_name
+from fabric.linkstats import LinkSampler, LinkSeries
+from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, Transfer, TransportSpec,
+                                  destination_ip, source_ports, tcp_connection_keys,
+                                  validate_schedule)
+
+START_LEAD_S = 1.5  # agents need this long to start and listen before the common start
+MIN_RTO_ROUTE_FLOOR_MS = 8  # HZ=250 kernels round smaller values up
+
+
+class TrafficError(RuntimeError):
+    """The traffic could not be run (bad schedule, agents failed to start)."""
+
+
+@dataclass
+class TrafficResult:
+    """Everything one run measured."""
+
+    plan: Plan
+    agents: dict[str, dict]
+    links: LinkSeries
+    paths: dict[str, list[str]]  # transfer id -> node path (first connection)
+    ingress_drops: dict[str, int]  # endpoint -> packets dropped at its ingress buffer
+    fidelity: list[fidelity.Check]
+    errors: list[str] = field(default_factory=list)
+
+    def transfer_rows(self) -> list[dict[str, Any]]:
+        """One row per transfer: sender and receiver view merged."""
+        rows: dict[str, dict[str, Any]] = {t.id: {"id": t.id, "src": t.src, "dst": t.dst,
+                                                  "bytes": t.bytes, "tag": t.tag}
+                                           for t in self.plan.transfers}
+        for agent in self.agents.values():
+            for rec in agent.get("transfers", []):
+                row = rows.get(rec["id"])
+                if row is None:
+                    continue
+                prefix = "send_" if rec["role"] == "send" else "recv_"
+                for key, value in rec.items():
+                    if key not in ("id", "role"):
+                        row[prefix + key] = value
+        for row in rows.values():
+            start, end = row.get("send_start"), row.get("recv_end")
+            row["fct_s"] = (end - start) if start is not None and end is not None else None
+            row["path"] = self.paths.get(row["id"])
+        return list(rows.values())
+
+    @property
+    def complete(self) -> bool:
+        """True when every transfer's last byte arrived."""
+        return all(r["fct_s"] is not None for r in self.transfer_rows())
+
+
+def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSpec,
+               deadline_s: float = 120.0, port_seed: int = 0) -> Plan:
+    """A plan with the fabric's addresses, starting a little from now."""
+    graph = emu.graph
+    hosts = {ep: [f"{nic['ip']}/{nic['prefix'].split('/')[1]}"
+                  for nic in graph.nodes[ep]["nics"]] for ep in fg.endpoints(graph)}
+    validate_schedule(transfers, hosts)
+    transfers = [t if t.dst_ip or len(graph.nodes[t.dst]["nics"]) == 1
+                 else replace(t, dst_ip=nearest_nic_ip(graph, t.src, t.dst)) for t in transfers]
+    return Plan(list(transfers), hosts, transport, time.time() + START_LEAD_S, deadline_s,
+                port_seed)
+
+
+def nearest_nic_ip(graph: Any, src: str, dst: str) -> str:
+    """The address of ``dst``'s NIC closest to ``src`` (a dual-homed storage
+    node is reached in the client's own zone, not across inter-zone links)."""
+    core = graph.subgraph(fg.switches(graph))
+    src_switch = next(iter(graph.neighbors(src)))
+    dist = nx.single_source_shortest_path_length(core, src_switch)
+    best = min(graph.nodes[dst]["nics"],
+               key=lambda nic: (dist.get(_switch_on_port(graph, dst, nic["port"]), 1 << 30),
+                                nic["port"]))
+    return best["ip"]
+
+
+def _switch_on_port(graph: Any, node: str, port_no: int) -> str:
+    return next(n for n in graph.neighbors(node) if fg.port(graph, node, n) == port_no)
+
+
+def flow_keys(plan: Plan) -> tuple[list[FlowKey], dict[str, int]]:
+    """Monitor keys for the plan's flows and, per transfer, its first key's index."""
+    ports = source_ports(plan)
+    keys: list[FlowKey] = []
+    index: dict[FlowKey, int] = {}
+    first: dict[str, int] = {}
+    for t in plan.transfers:
+        src_ip = _source_ip(plan, t)
+        dst_ip = destination_ip(plan, t)
+        if plan.transport.kind == "tcp":
+            candidates = [FlowKey(src_ip, dst_ip, 6, ports[t.src][k][0], TCP_DATA_PORT, t.dscp)
+                          for k in tcp_connection_keys(plan, t)]
+        else:
+            mine = ports[t.src][("roce", t.id)]
+            sport = mine[0] if len(mine) == 1 else None
+            candidates = [FlowKey(src_ip, dst_ip, 17, sport, ROCE_PORT, t.dscp)]
+        for key in candidates:
+            if key not in index:
+                index[key] = len(keys)
+                keys.append(key)
+        first[t.id] = index[candidates[0]]
+    return keys, first
+
+
+def _source_ip(plan: Plan, transfer: Transfer) -> str:
+    dst = ipaddress.ip_address(destination_ip(plan, transfer))
+    nics = [ipaddress.ip_interface(n) for n in plan.hosts[transfer.src]]
+    best = max((n for n in nics if dst in n.network), key=lambda n: n.network.prefixlen,
+               default=nics[0])
+    return str(best.ip)
+
+
+def set_rto_min(emu: Emulation, endpoints: list[str], rto_min_ms: int) -> None:
+    """Set a per-route minimum RTO on every NIC route of ``endpoints``."""
+    if rto_min_ms < MIN_RTO_ROUTE_FLOOR_MS:
+        raise TrafficError(f"rto_min below {MIN_RTO_ROUTE_FLOOR_MS} ms is rounded up by the "
+                           f"kernel here; ask for at least that")
+    for ep in endpoints:
+        for nic in emu.graph.nodes[ep]["nics"]:
+            out = emu.host(ep).cmd(f"ip route change {nic['prefix']} "
+                                   f"dev {fg.intf_name(ep, nic['port'])} rto_min {rto_min_ms}ms")
+            if out.strip():
+                raise TrafficError(f"{ep}: setting rto_min failed: {out.strip()}")
+
+
+def leaf_queue_drops(tc_stats: str) -> int:
+    """Sum the drops of the leaf (``pfifo_head_drop``) queues in ``tc -s qdisc`` output.
+
+    The HTB root repeats its children's drops, so only leaves are counted.
+    """
+    total = 0
+    for block in re.split(r"(?m)^qdisc ", tc_stats):
+        if block.startswith("pfifo_head_drop"):
+            found = re.search(r"dropped (\d+)", block)
+            total += int(found.group(1)) if found else 0
+    return total
+
+
+def ingress_drops(emu: Emulation, endpoints: list[str]) -> dict[str, int]:
+    """Packets dropped at each endpoint's ingress buffers (exact, from its IFBs)."""
+    drops = {}
+    for ep in endpoints:
+        drops[ep] = sum(
+            leaf_queue_drops(emu.host(ep).cmd(f"tc -s qdisc show dev {ifb_name(ep, nic['port'])}"))
+            for nic in emu.graph.nodes[ep]["nics"])
+    return drops
+
+
+def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = True,
+             sample_interval_s: float = 0.2) -> TrafficResult:
+    """Run ``plan`` on ``emu`` and collect results, measurements and fidelity checks.
+
+    Parameters
+    ----------
+    emu : Emulation
+        A running fabric.
+    plan : Plan
+        From :func:`build_plan`.
+    workdir : Path
+        Where the plan and the agents' reports are written.
+    monitor_paths : bool
+        Install per-flow path monitors on the switches.
+    sample_interval_s : float
+        Link counter sampling interval.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan_path = workdir / "plan.json"
+    plan.save(plan_path)
+    involved = sorted({t.src for t in plan.transfers} | {t.dst for t in plan.transfers})
+    keys, first_key = flow_keys(plan)
+    monitor = FlowMonitor(emu.graph, keys, emu.options.lanes) if monitor_paths else None
+    if monitor:
+        monitor.install()
+    drops_before = ingress_drops(emu, involved)
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
+    agents: dict[str, subprocess.Popen] = {}
+    fid = fidelity.FidelityMonitor()
+    errors: list[str] = []
+    try:
+        for ep in involved:
+            agents[ep] = emu.host(ep).popen(
+                [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path), "--host", ep,
+                 "--out", str(workdir / f"agent-{ep}.json")],
+                stdout=subprocess.DEVNULL, stderr=open(workdir / f"agent-{ep}.log", "wb"),
+                env=env, cwd=PROJECT_ROOT)
+        with LinkSampler(emu.graph, sample_interval_s) as sampler:
+            time.sleep(max(0.0, plan.start_at - time.time()))
+            fid.start()
+            deadline = plan.start_at + plan.deadline_s + 10
+            for ep, proc in agents.items():
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    errors.append(f"agent on {ep} did not finish; stopped")
+                    proc.kill()
+                    proc.wait()
+            checks = fid.stop()
+    finally:
+        for proc in agents.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    results = {}
+    for ep in involved:
+        try:
+            results[ep] = json.loads((workdir / f"agent-{ep}.json").read_text())
+        except (OSError, ValueError):
+            errors.append(f"agent on {ep} wrote no report: {_tail(workdir / f'agent-{ep}.log')}")
+    paths: dict[str, list[str]] = {}
+    if monitor:
+        crossed = monitor.crossed()
+        monitor.remove()
+        for t in plan.transfers:
+            try:
+                paths[t.id] = path_from_switches(emu.graph, t.src, t.dst, crossed[first_key[t.id]])
+            except ValueError:
+                pass  # a flow with no counted packet has no path
+    drops_after = ingress_drops(emu, involved)
+    drops = {ep: drops_after[ep] - drops_before[ep] for ep in involved}
+    return TrafficResult(plan, results, sampler.series, paths, drops, checks, errors)
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
