@@ -105,7 +105,10 @@ class PolicyApp(app_manager.OSKenApp):
         datapath.send_msg(datapath.ofproto_parser.OFPPortDescStatsRequest(datapath, 0))
         self._event(f"{switch} connected: full state sent")
 
-    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    # Replies to what _on_features sends can arrive before os-ken's own
+    # port-description reply moves the datapath to MAIN_DISPATCHER (os-ken's
+    # handler and this app run in separate green threads), so listen in both.
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _on_port_desc(self, ev: Any) -> None:
         switch = self.switch_by_dpid.get(ev.msg.datapath.id)
         if switch is None:
@@ -140,7 +143,7 @@ class PolicyApp(app_manager.OSKenApp):
         (self.port_down.add if down else self.port_down.discard)(key)
         return True
 
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _on_barrier(self, ev: Any) -> None:
         switch = self._barriers.pop((ev.msg.datapath.id, ev.msg.xid), None)
         if switch is not None:

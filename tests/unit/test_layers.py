@@ -13,7 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("topologies", "fabric", "controllers")
 MININET_ALLOWED = {"fabric/emulation.py", "fabric/cli.py"}
-CONTROLLERS_ALLOWED = {"fabric/emulation.py", "fabric/cli.py"}
+CONTROLLERS_ALLOWED = {"fabric/emulation.py", "fabric/cli.py",
+                       "fabric/testing/connection.py"}  # make_app: controllers.runtime, lazily
+# The fake-fabric test harness is a testing tool built on os-ken (and scapy),
+# like Faucet's clib/fakeoftable.py; the rest of fabric stays free of os-ken.
+OS_KEN_ALLOWED_PACKAGE = "fabric/testing/"
 PURE_MODULES = ("fabric/routing.py", "fabric/intents.py")
 IMPURE = ("time", "random", "subprocess", "os")
 
@@ -114,7 +118,8 @@ def test_fabric_mininet_only_lazily_in_the_adapter(path):
     assert not eager, f"{rel} imports Mininet at module level: {eager}"
 
 
-@pytest.mark.parametrize("path", _files("fabric"), ids=_rel)
+@pytest.mark.parametrize("path", [p for p in _files("fabric")
+                                  if not _rel(p).startswith(OS_KEN_ALLOWED_PACKAGE)], ids=_rel)
 def test_fabric_never_imports_os_ken(path):
     bad = [i for i in imports_of(path) if _top(i.module) in ("os_ken", "ryu")]
     assert not bad, f"{_rel(path)} imports os-ken: {bad}"
@@ -153,6 +158,26 @@ def test_rules_see_every_package():
     assert {p.relative_to(ROOT).parts[0] for p in ALL_FILES} == set(PACKAGES)
     assert (ROOT / "fabric" / "routing.py") in ALL_FILES
     assert (ROOT / "fabric" / "emulation.py") in ALL_FILES
+
+
+def test_test_harness_never_imports_mininet():
+    files = sorted((ROOT / OS_KEN_ALLOWED_PACKAGE).rglob("*.py"))
+    assert files
+    for path in files:
+        bad = [i for i in imports_of(path) if _top(i.module) == "mininet"]
+        assert not bad, f"{_rel(path)} imports Mininet: {bad}"
+
+
+def test_fresh_import_of_harness_loads_no_mininet_or_controllers():
+    code = ("import sys\n"
+            "import fabric.testing\n"
+            "bad = sorted(m for m in sys.modules\n"
+            "             if m.split('.')[0] in ('mininet', 'controllers'))\n"
+            "print(','.join(bad))\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "", f"importing fabric.testing loaded {res.stdout.strip()}"
 
 
 @pytest.mark.parametrize("modules", [
