@@ -93,3 +93,28 @@ def test_no_command_is_a_usage_error():
     res = fabric()
     assert res.returncode == 2
     assert "usage" in res.stderr.lower()
+
+
+def test_controller_refuses_a_busy_port_with_one_line():
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "fabric.cli", "controller", "ecmp",
+                               "--topo", "leaf-spine", "--port", str(port)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "busy" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_controller_rejects_a_bad_config_file(tmp_path):
+    config = tmp_path / "ctl.json"
+    config.write_text('{"lanes": [{"name": "a", "share": 2.0, "default": true}]}')
+    proc = subprocess.run([sys.executable, "-m", "fabric.cli", "controller", "ecmp",
+                           "--topo", "leaf-spine", "--port", "0", "--config", str(config)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "share" in proc.stderr and "Traceback" not in proc.stderr
