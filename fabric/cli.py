@@ -16,6 +16,7 @@ from typing import Any, Callable
 from fabric import capacity, shaping
 from fabric.graph import TopologyError
 from fabric.policies import POLICIES
+from fabric.traffic.patterns import PATTERNS
 
 
 class _Terminated(BaseException):
@@ -99,6 +100,59 @@ def bring_up_text(report: Any) -> str:
     return "\n".join(lines)
 
 
+def cmd_traffic(args: argparse.Namespace) -> int:
+    """Run one traffic pattern on a fabric; print its summary and transfers."""
+    import tempfile
+    from pathlib import Path
+
+    from fabric.emulation import Emulation, EmulationOptions
+    from fabric.traffic.model import TransportSpec
+    from fabric.traffic.patterns import PatternSpec, make_transfers
+    from fabric.traffic.report import summarize
+    from fabric.traffic.runner import build_plan, idle_path_check, run_plan, set_rto_min
+
+    graph = _build_graph(args.spec)
+    spec = PatternSpec(args.pattern, size_bytes=args.size, ranks=args.ranks,
+                       placement=args.placement, seed=args.seed, chunks=args.chunks,
+                       channels=args.channels, clients=args.clients, servers=args.servers,
+                       rounds=args.rounds, admission=args.admission)
+    transfers, participants = make_transfers(graph, spec)
+    options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
+                               queue_pkts=args.queue_pkts, datapath=args.datapath,
+                               controller_port=args.port, lanes=_lanes(args))
+    transport = TransportSpec(args.transport, connections=args.connections,
+                              entropy=args.entropy, rate_mbps=args.host_mbps)
+    workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))
+    with Emulation(graph, options) as emu:
+        print(bring_up_text(emu.report), file=sys.stderr)
+        idle = idle_path_check(emu, transport, workdir / "idle-path")
+        if args.rto_min_ms:
+            set_rto_min(emu, participants, args.rto_min_ms)
+        plan = build_plan(emu, transfers, transport, deadline_s=args.deadline,
+                          port_seed=args.seed)
+        print(f"running {len(transfers)} transfers of {spec.name} on {len(participants)} "
+              f"endpoints...", file=sys.stderr)
+        result = run_plan(emu, plan, workdir)
+    result.fidelity.append(idle)
+    summary = summarize(result, spec, participants, args.host_mbps)
+    rows = result.transfer_rows()
+    if args.format == "csv":
+        _print_csv(rows)
+    else:
+        print(json.dumps({"summary": summary, "transfers": rows}, indent=1, default=str))
+    return 0 if result.complete else 1
+
+
+def _print_csv(rows: list[dict]) -> None:
+    import csv
+
+    keys = sorted({k for row in rows for k in row})
+    writer = csv.DictWriter(sys.stdout, fieldnames=keys)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("/".join(v) if isinstance(v, list) else v) for k, v in row.items()})
+
+
 def cmd_controller(args: argparse.Namespace) -> int:
     """Run a controller in the foreground (delegates to the launcher)."""
     from controllers.launcher import main as launcher_main
@@ -130,6 +184,20 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
+def _emulation_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--routing", default="ecmp", choices=POLICIES,
+                    help="routing policy (default: ecmp)")
+    parser.add_argument("--isolation", action="store_true",
+                    help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
+    parser.add_argument("--lanes", metavar="FILE", help="SL/VL map and lane shares (JSON)")
+    parser.add_argument("--host-mbps", type=float, default=capacity.DEFAULT_HOST_MBPS,
+                    help="emulated rate of the fastest host link; all links scale alike")
+    parser.add_argument("--queue-pkts", type=int, default=shaping.DEFAULT_QUEUE_PKTS,
+                    help="egress buffer of every link, in packets")
+    parser.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    parser.add_argument("--port", type=int, default=6653, help="controller port on loopback")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``fabric`` command."""
     parser = argparse.ArgumentParser(prog="fabric", description=__doc__.splitlines()[0])
@@ -143,19 +211,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="bring a fabric up, check reachability, tear down (root)")
     up.add_argument("spec", nargs="?", help="topology spec (default: rail-clos)")
-    up.add_argument("--routing", default="ecmp", choices=POLICIES,
-                    help="routing policy (default: ecmp)")
-    up.add_argument("--isolation", action="store_true",
-                    help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
-    up.add_argument("--lanes", metavar="FILE", help="SL/VL map and lane shares (JSON)")
-    up.add_argument("--host-mbps", type=float, default=capacity.DEFAULT_HOST_MBPS,
-                    help="emulated rate of the fastest host link; all links scale alike")
-    up.add_argument("--queue-pkts", type=int, default=shaping.DEFAULT_QUEUE_PKTS,
-                    help="egress buffer of every link, in packets")
-    up.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
-    up.add_argument("--port", type=int, default=6653, help="controller port on loopback")
+    _emulation_args(up)
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI before teardown")
     up.set_defaults(func=cmd_up)
+
+    traffic = sub.add_parser("traffic", help="replay one traffic pattern on a fabric (root)")
+    traffic.add_argument("spec", nargs="?", help="topology spec (default: rail-clos)")
+    traffic.add_argument("--pattern", default="ring-allreduce", choices=PATTERNS)
+    traffic.add_argument("--size", type=int, default=2 * 1024 * 1024,
+                         help="bytes: collective size, block per round, shard or object")
+    traffic.add_argument("--ranks", type=int, default=None, help="collective ranks (all)")
+    traffic.add_argument("--placement", choices=("rail", "random"), default="rail")
+    traffic.add_argument("--seed", type=int, default=0, help="placement and source ports")
+    traffic.add_argument("--chunks", type=int, default=1)
+    traffic.add_argument("--channels", type=int, default=1)
+    traffic.add_argument("--clients", type=int, default=1)
+    traffic.add_argument("--servers", type=int, default=4, help="storage senders (incast)")
+    traffic.add_argument("--rounds", type=int, default=4)
+    traffic.add_argument("--admission", type=int, default=None,
+                         help="at most W stripes outstanding at a client")
+    traffic.add_argument("--rto-min-ms", type=int, default=None, help="per-route minimum RTO")
+    traffic.add_argument("--transport", choices=("tcp", "roce"), default="tcp")
+    traffic.add_argument("--connections", type=int, default=1, help="TCP connections per peer")
+    traffic.add_argument("--entropy", choices=("flow", "packet"), default="flow",
+                         help="roce: one UDP source port per flow, or a new one per packet")
+    traffic.add_argument("--deadline", type=float, default=120.0, help="seconds")
+    traffic.add_argument("--format", choices=("json", "csv"), default="json")
+    traffic.add_argument("--keep", metavar="DIR", help="keep plan, agent reports and logs here")
+    _emulation_args(traffic)
+    traffic.set_defaults(func=cmd_traffic)
 
     ctl = sub.add_parser("controller", help="run a routing policy app in the foreground",
                          add_help=False)
@@ -174,10 +258,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     from fabric.lanes import LaneConfigError
+    from fabric.traffic.model import ScheduleError
+    from fabric.traffic.runner import TrafficError
 
     expected: tuple[type[BaseException], ...] = (
         TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError,
-        LaneConfigError)
+        LaneConfigError, ScheduleError, TrafficError)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
     func: Callable[[argparse.Namespace], int] = args.func

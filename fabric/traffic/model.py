@@ -25,7 +25,7 @@ TRANSPORTS = ("tcp", "roce")
 ENTROPY = ("flow", "packet")
 TCP_DATA_PORT = 7100
 ROCE_PORT = 4791
-SOURCE_PORTS = range(20000, 60000)
+SOURCE_PORTS = range(10000, 32768)  # below Linux's ephemeral range (32768-60999)
 
 
 class ScheduleError(ValueError):
@@ -93,7 +93,7 @@ class Plan:
     transfers: list[Transfer]
     hosts: dict[str, list[str]]  # endpoint -> its NICs as "ip/prefixlen"; first is default
     transport: TransportSpec = field(default_factory=TransportSpec)
-    start_at: float = 0.0  # wall-clock time (all hosts share one clock)
+    start_at: float = 0.0  # wall-clock time (all hosts share one clock); 0 starts at once
     deadline_s: float = 120.0  # after start_at; unfinished transfers are failures
     port_seed: int = 0  # seeds the source ports, hence the ECMP hash outcomes
 
@@ -226,7 +226,7 @@ def tcp_connection_keys(plan: Plan, transfer: Transfer) -> list[tuple]:
             for i in range(plan.transport.connections)]
 
 
-def source_ports(plan: Plan) -> dict[str, dict[tuple, tuple[int, ...]]]:
+def source_ports(plan: Plan, host: str | None = None) -> dict[str, dict[tuple, tuple[int, ...]]]:
     """The UDP/TCP source ports every sender uses, seeded by ``plan.port_seed``.
 
     Returns ``{src: {key: ports}}``: for TCP, key is a connection key (see
@@ -234,10 +234,14 @@ def source_ports(plan: Plan) -> dict[str, dict[tuple, tuple[int, ...]]]:
     ``("roce", transfer id)`` with one port (``entropy="flow"``) or
     ``entropy_ports`` ports (``"packet"``). The ports decide the 5-tuples,
     hence every ECMP hash: the same plan and seed take the same paths.
+    ``host`` limits the work to one sender (each host's ports depend only
+    on its own transfers).
     """
     spec = plan.transport
     keys: dict[str, list[tuple[tuple, int]]] = {}
     for t in plan.transfers:
+        if host is not None and t.src != host:
+            continue
         if spec.kind == "tcp":
             wanted = [(key, 1) for key in tcp_connection_keys(plan, t)]
         else:
@@ -256,7 +260,7 @@ def source_ports(plan: Plan) -> dict[str, dict[tuple, tuple[int, ...]]]:
     return ports
 
 
-def result_dict(transfer_id: str, role: str, start: float, end: float | None, nbytes: int,
+def result_dict(transfer_id: str, role: str, start: float | None, end: float | None, nbytes: int,
                 **extra: Any) -> dict[str, Any]:
     """One row of an agent's report (``end`` None: not finished)."""
     return {"id": transfer_id, "role": role, "start": start, "end": end, "bytes": nbytes,

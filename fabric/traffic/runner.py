@@ -254,3 +254,21 @@ def _tail(path: Path, lines: int = 3) -> str:
         return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def idle_path_check(emu: Emulation, transport: TransportSpec, workdir: Path,
+                    nbytes: int = 1_000_000) -> fidelity.Check:
+    """Goodput of one transfer between the two farthest-apart endpoints of an
+    idle fabric, against the emulated host link rate (a fidelity check)."""
+    graph = emu.graph
+    eps = [e for e in fg.endpoints(graph) if graph.nodes[e]["role"] == "host"]
+    src = eps[0]
+    core = graph.subgraph(fg.switches(graph))
+    dist = nx.single_source_shortest_path_length(core, next(iter(graph.neighbors(src))))
+    dst = max(eps[1:], key=lambda e: (dist[next(iter(graph.neighbors(e)))], e))
+    plan = build_plan(emu, [Transfer("idle-path", src, dst, nbytes)], transport, deadline_s=60)
+    result = run_plan(emu, plan, workdir, monitor_paths=False)
+    (row,) = result.transfer_rows()
+    host_mbps = emu.report.rate_plan.link_mbps[frozenset((src, next(iter(graph.neighbors(src)))))]
+    achieved = nbytes * 8 / row["fct_s"] / 1e6 if row["fct_s"] else 0.0
+    return fidelity.idle_path_check(achieved, host_mbps)

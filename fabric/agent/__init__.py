@@ -1,0 +1,25 @@
+"""The host agent: runs inside each emulated host and executes a traffic plan.
+
+``python -m fabric.agent --plan PLAN.json --host NAME --out RESULT.json``
+(:mod:`fabric.agent.__main__`). Modules:
+
+- :mod:`~fabric.agent.runner`: life cycle, dependencies, deadline, result;
+- :mod:`~fabric.agent.tcp` (+ :mod:`~fabric.agent.framing`,
+  :mod:`~fabric.agent.tcpinfo`): kernel TCP with parts over N connections;
+- :mod:`~fabric.agent.roce` (+ :mod:`~fabric.agent.bth`,
+  :mod:`~fabric.agent.roce_send`, :mod:`~fabric.agent.roce_recv`,
+  :mod:`~fabric.agent.pacing`): a RoCEv2-like reliable transport over UDP
+  4791 with selective repeat, RACK-style loss detection and spraying;
+- :mod:`~fabric.agent.loop`: the single-threaded event loop;
+- :mod:`~fabric.agent.netstat`, :mod:`~fabric.agent.addressing`;
+- :mod:`~fabric.agent.local` and :mod:`~fabric.agent.impair`: run agents as
+  local processes on loopback and impair UDP between them (tests, benchmarks);
+  :mod:`~fabric.agent.bench` measures one RoCE flow (goodput, CPU).
+
+Result JSON: ``{"host", "transport", "transfers": [row, ...], "netstat",
+"roce", "errors", "ok", "started_at", "start_at", "finished_at", "cpu_s"}``
+where a row is :func:`fabric.traffic.model.result_dict` (``id, role, start,
+end, bytes``) plus ``peer, expected_bytes, tag, dscp, channel, src_ip,
+dst_ip, ready, error`` and the transport's counters. ``end`` is None for an
+unfinished transfer, which then has an ``error``.
+"""

@@ -1,0 +1,473 @@
+"""The RoCEv2-like transport: UDP sockets, pacing and dispatch for many QPs.
+
+One :class:`RoceEngine` per agent, driven by the agent's event loop. Every
+transfer is one queue pair, numbered by the transfer's position in the plan
+(:func:`qpn_for`), so both ends agree without a handshake.
+
+Sockets:
+
+- a listener on port 4791 of every own NIC receives data (and the sender's
+  CLOSE) and sends ACKs back to the exact source address and port of the
+  data packet, so that ACKs of a sprayed flow are sprayed too;
+- a sender opens, per transfer, the UDP sockets on the source ports the
+  plan assigns it (:func:`fabric.traffic.model.source_ports`): one
+  (``entropy="flow"``: ECMP hashes the flow once) or ``entropy_ports``
+  (``entropy="packet"``: the source port rotates every packet, so a 5-tuple
+  hashing switch sprays the packets over its uplinks). Seeded ports make
+  every hash outcome, hence every path, reproducible. The sockets are
+  connected to the receiver; ACKs are read on all of them, and they are
+  closed when the transfer completes.
+
+Per-packet work stays small: a data packet is a 12-byte ``struct.pack_into``
+into a preallocated zero buffer and one ``send``; an ACK carries a bitmap
+built with C-level byte operations.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from fabric.agent import bth
+from fabric.agent.loop import EventLoop
+from fabric.agent.pacing import TokenBucket, bucket_for
+from fabric.agent.records import TransferRecord
+from fabric.agent.roce_recv import RecvQP
+from fabric.agent.roce_send import CcConfig, SendQP
+from fabric.traffic.model import ROCE_PORT, TransportSpec
+
+_BTH = struct.Struct("!BBHII")
+_WIRE_EXTRA = 14 + 20 + 8  # Ethernet + IPv4 + UDP, charged by the pacer
+
+
+def qpn_for(index: int) -> int:
+    """QP number of the transfer at ``index`` in the plan (QP0/QP1 are reserved in IB)."""
+    qpn = 0x100 + index
+    if qpn > bth.PSN_MASK:
+        raise ValueError("more transfers than 24-bit queue pair numbers")
+    return qpn
+
+
+@dataclass(frozen=True)
+class RoceConfig:
+    """Tunables of the engine (the plan's TransportSpec sets rate, MTU, entropy)."""
+
+    cc: CcConfig = field(default_factory=CcConfig)
+    ack_every: int = 4
+    ack_delay_s: float = 0.001
+    linger_s: float = 1.0          # keep answering a finished QP until its CLOSE or this
+    socket_buffer: int = 1 << 20
+    burst_s: float = 0.002
+    port: int = ROCE_PORT
+
+
+class _Sender:
+    """Runtime of one send QP: its sockets, destination and pacer."""
+
+    __slots__ = ("record", "qp", "sockets", "rot", "pacer", "ports")
+
+    def __init__(self, record: TransferRecord, qp: SendQP, sockets: list[socket.socket],
+                 pacer: "_Pacer") -> None:
+        self.record = record
+        self.qp = qp
+        self.sockets = sockets  # connected to the receiver's (address, 4791)
+        self.rot = 0
+        self.pacer = pacer
+        self.ports = len(sockets)
+
+
+class _Pacer:
+    """A NIC's token bucket and the senders taking turns on it."""
+
+    __slots__ = ("bucket", "active")
+
+    def __init__(self, bucket: TokenBucket) -> None:
+        self.bucket = bucket
+        self.active: deque[_Sender] = deque()
+
+
+class RoceEngine:
+    """All RoCE queue pairs of one agent.
+
+    Parameters
+    ----------
+    loop : EventLoop
+        The agent's loop (sockets are registered on it).
+    spec : TransportSpec
+        Rate, MTU payload and entropy from the plan.
+    addresses : list of str
+        Own NIC addresses (listeners bind on each).
+    on_done, on_fail : callable
+        Called with the record when a transfer side completes or fails.
+    config : RoceConfig
+        Engine tunables.
+    source_ports : mapping, optional
+        This host's part of :func:`fabric.traffic.model.source_ports`:
+        ``("roce", transfer id) -> ports``. Missing: ephemeral ports.
+    """
+
+    def __init__(self, loop: EventLoop, spec: TransportSpec, addresses: list[str],
+                 on_done: Callable[[TransferRecord], None],
+                 on_fail: Callable[[TransferRecord, str], None],
+                 config: RoceConfig = RoceConfig(),
+                 source_ports: Mapping[tuple, tuple[int, ...]] | None = None) -> None:
+        self.loop = loop
+        self.spec = spec
+        self.addresses = addresses
+        self.on_done = on_done
+        self.on_fail = on_fail
+        self.config = config
+        self.source_ports = source_ports or {}
+        self.warnings: list[str] = []
+        self.listeners: dict[str, socket.socket] = {}
+        self.pacers: dict[str, _Pacer] = {}
+        self.senders: dict[int, _Sender] = {}
+        self._active: dict[int, _Sender] = {}  # senders not yet finished (timers to run)
+        self.receivers: dict[int, tuple[TransferRecord, RecvQP]] = {}
+        self._reply: dict[int, tuple[socket.socket, tuple[str, int], int]] = {}
+        self._ack_pending: dict[int, RecvQP] = {}
+        self._own: set[socket.socket] = set()  # every socket we opened, until closed
+        size = bth.BTH_LEN + spec.mtu_payload + 3 + bth.ICRC_LEN
+        self._tx = bytearray(size)  # header rewritten per packet; payload and ICRC stay zero
+        self._txview = memoryview(self._tx)
+        self._rx = bytearray(65536)
+        self._rxview = memoryview(self._rx)
+        self.unknown_qp = 0
+        self.bad_packets = 0
+        self.send_errors = 0
+        self.icmp_errors = 0
+
+    # -- setup -------------------------------------------------------------------------
+    def _udp_socket(self, tos: int) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._own.add(sock)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.socket_buffer)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.socket_buffer)
+        if tos:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        sock.setblocking(False)
+        return sock
+
+    def bind(self) -> None:
+        """Bind a listener on port 4791 of every own NIC.
+
+        Raises
+        ------
+        OSError
+            If a port is busy (another agent or a stale run holds it).
+        """
+        for address in self.addresses:
+            sock = self._udp_socket(0)
+            sock.bind((address, self.config.port))
+            self.listeners[address] = sock
+            self.loop.register(sock, 1, functools.partial(self._on_listener, sock))
+
+    def _sender_sockets(self, record: TransferRecord) -> list[socket.socket]:
+        """Sockets on the planned source ports, connected to the receiver.
+
+        A planned port that is busy is replaced by an ephemeral one and
+        reported in :attr:`warnings` (that flow's hash, hence path, then
+        differs from what the plan's seed predicts).
+        """
+        t = record.transfer
+        count = self.spec.entropy_ports if self.spec.entropy == "packet" else 1
+        ports = tuple(self.source_ports.get(("roce", t.id), ())) or (0,) * count
+        socks: list[socket.socket] = []
+        for port in ports:
+            sock = self._udp_socket(t.dscp << 2)
+            socks.append(sock)
+            try:
+                sock.bind((record.src_ip, port))
+            except OSError as exc:
+                if not port:
+                    raise
+                self.warnings.append(f"{t.id}: source port {record.src_ip}:{port} "
+                                     f"unavailable ({exc.strerror}); used an ephemeral one")
+                sock.bind((record.src_ip, 0))
+            # connected: send() needs no address and the kernel drops
+            # anything that is not from the receiver
+            sock.connect((record.dst_ip, self.config.port))
+            self.loop.register(sock, 1, functools.partial(self._on_ack_socket, sock))
+        return socks
+
+    def _pacer(self, src_ip: str, now: float) -> _Pacer:
+        pacer = self.pacers.get(src_ip)
+        if pacer is None:
+            wire = self.spec.mtu_payload + bth.DATA_OVERHEAD
+            pacer = _Pacer(bucket_for(self.spec.rate_mbps, wire, now, self.config.burst_s))
+            self.pacers[src_ip] = pacer
+        return pacer
+
+    # -- transfers ---------------------------------------------------------------------
+    def add_recv(self, record: TransferRecord) -> None:
+        """Expect the message of ``record`` (any time, even before start_at)."""
+        qp = RecvQP(record.qpn, record.transfer.bytes, self.spec.mtu_payload,
+                    self.config.ack_every, self.config.ack_delay_s)
+        self.receivers[record.qpn] = (record, qp)
+
+    def start_send(self, record: TransferRecord, now: float) -> None:
+        """Open the queue pair of ``record`` (src_ip/dst_ip set) and start pacing it."""
+        t = record.transfer
+        assert record.src_ip and record.dst_ip
+        try:
+            sockets = self._sender_sockets(record)
+        except OSError as exc:
+            self.on_fail(record, f"cannot open UDP sockets on {record.src_ip}: {exc}")
+            return
+        qp = SendQP(record.qpn, t.bytes, self.spec.mtu_payload, self.config.cc)
+        pacer = self._pacer(record.src_ip, now)
+        sender = _Sender(record, qp, sockets, pacer)
+        self.senders[record.qpn] = sender
+        self._active[record.qpn] = sender
+        pacer.active.append(sender)
+        record.start = time.time()
+        record.extra["src_ports"] = [sock.getsockname()[1] for sock in sockets]
+
+    # -- data path ---------------------------------------------------------------------
+    def _send_data(self, sender: _Sender, now: float) -> int:
+        qp = sender.qp
+        psn, opcode, ackreq, length = qp.next_packet(now)
+        pad = -length % 4
+        size = bth.BTH_LEN + length + pad + bth.ICRC_LEN
+        _BTH.pack_into(self._tx, 0, opcode,
+                       ((opcode == bth.SEND_LAST or opcode == bth.SEND_ONLY) << 7) | (pad << 4),
+                       bth.PKEY_DEFAULT, qp.qpn, (ackreq << 31) | (psn & bth.PSN_MASK))
+        sock = sender.sockets[sender.rot]
+        sender.rot += 1
+        if sender.rot == sender.ports:
+            sender.rot = 0
+        try:
+            sock.send(self._txview[:size])
+        except OSError:
+            # a full socket buffer or a pending ICMP error: the packet did not
+            # leave, which loss detection repairs like any other loss
+            self.send_errors += 1
+        return size + _WIRE_EXTRA
+
+    def _on_ack_socket(self, sock: socket.socket, _mask: int) -> None:
+        rx, view = self._rx, self._rxview
+        for _ in range(256):
+            try:
+                n = sock.recv_into(rx)
+            except BlockingIOError:
+                return
+            except ConnectionRefusedError:
+                self.icmp_errors += 1  # port unreachable: the receiver is not up (yet)
+                continue
+            except OSError:
+                return
+            try:
+                ack = bth.parse_ack(view[:n])
+            except ValueError:
+                self.bad_packets += 1
+                continue
+            sender = self.senders.get(ack.dqpn)
+            if sender is None or sender.record.finished:
+                continue  # a late ACK of a finished transfer
+            qp = sender.qp
+            qp.on_ack(ack, time.monotonic())
+            if qp.done:
+                self._finish_send(sender)
+
+    def _finish_send(self, sender: _Sender) -> None:
+        record, qp = sender.record, sender.qp
+        record.end = time.time()
+        record.bytes = qp.bytes_acked
+        close = bth.ack_packet(qp.qpn, qp.count & bth.PSN_MASK, 1, bth.CLOSE_KIND, 0, 0, 0)
+        try:
+            sender.sockets[sender.rot].send(close)
+        except OSError:
+            self.send_errors += 1  # the receiver then stops after its linger time
+        self._retire(sender)
+        self.on_done(record)
+
+    def _retire(self, sender: _Sender) -> None:
+        self._active.pop(sender.qp.qpn, None)
+        try:
+            sender.pacer.active.remove(sender)
+        except ValueError:
+            pass
+        for sock in sender.sockets:
+            self.loop.unregister(sock)
+            sock.close()
+            self._own.discard(sock)
+
+    def _on_listener(self, sock: socket.socket, _mask: int) -> None:
+        rx = self._rx
+        receivers = self.receivers
+        for _ in range(256):
+            try:
+                n, addr = sock.recvfrom_into(rx)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if n < bth.BTH_LEN + bth.ICRC_LEN:
+                self.bad_packets += 1
+                continue
+            opcode, flags, _, qp_word, psn_word = _BTH.unpack_from(rx)
+            entry = receivers.get(qp_word & bth.PSN_MASK)
+            if entry is None:
+                self.unknown_qp += 1
+                continue
+            record, qp = entry
+            if opcode in bth.DATA_OPCODES:
+                now = time.monotonic()
+                if record.start is None:
+                    record.start = time.time()
+                length = n - bth.BTH_LEN - bth.ICRC_LEN - ((flags >> 4) & 3)
+                urgent = qp.on_data(psn_word & bth.PSN_MASK, length, bool(psn_word >> 31), now)
+                self._reply[qp.qpn] = (sock, addr, record.transfer.dscp << 2)
+                finished = record.end is None and qp.complete
+                if finished:
+                    # stamp before the ACK: on loopback sending it can hand
+                    # the CPU to the sender, which would then finish "first"
+                    record.end = time.time()
+                    record.bytes = qp.bytes
+                if urgent:
+                    self._send_ack(qp)
+                elif qp.pending:
+                    self._ack_pending[qp.qpn] = qp
+                if finished:
+                    self.on_done(record)
+            elif opcode == bth.ACKNOWLEDGE:
+                try:
+                    if bth.parse_ack(self._rxview[:n]).kind == bth.CLOSE_KIND:
+                        qp.closed = True
+                except ValueError:
+                    self.bad_packets += 1
+            else:
+                self.bad_packets += 1
+
+    def _send_ack(self, qp: RecvQP) -> None:
+        self._ack_pending.pop(qp.qpn, None)
+        sock, addr, tos = self._reply[qp.qpn]
+        packet = qp.make_ack()
+        try:
+            if tos:
+                # the listener is shared by all traffic classes: set TOS per datagram
+                sock.sendmsg([packet], [(socket.IPPROTO_IP, socket.IP_TOS,
+                                         struct.pack("i", tos))], 0, addr)
+            else:
+                sock.sendto(packet, addr)
+        except OSError:
+            self.send_errors += 1
+
+    # -- timers ------------------------------------------------------------------------
+    def service(self, now: float) -> float | None:
+        """Loss timers, pacing and delayed ACKs; return when to run next."""
+        wake: float | None = None
+        for sender in list(self._active.values()):
+            if sender.record.finished:  # failed by the runner (deadline)
+                self._retire(sender)
+                continue
+            qp = sender.qp
+            due = qp.deadline()
+            if due is not None and due <= now:
+                qp.on_timer(now)
+                if qp.failed:
+                    self._retire(sender)
+                    self.on_fail(sender.record, qp.failed)
+                    continue
+                due = qp.deadline()
+            if due is not None and (wake is None or due < wake):
+                wake = due
+        for pacer in self.pacers.values():
+            active = pacer.active
+            if not active:
+                continue
+            bucket = pacer.bucket
+            tokens = bucket.refill(now)
+            idle, size = 0, len(active)
+            while tokens > 0 and idle < size:
+                sender = active[0]
+                active.rotate(-1)
+                if sender.qp.can_send():
+                    idle = 0
+                    tokens -= self._send_data(sender, now)
+                else:
+                    idle += 1
+            bucket.tokens = tokens
+            if tokens <= 0:
+                ready = bucket.ready_at(now)
+                if wake is None or ready < wake:
+                    wake = ready
+        for qp in list(self._ack_pending.values()):
+            due = qp.ack_due()
+            if due is None:
+                del self._ack_pending[qp.qpn]
+            elif due <= now:
+                self._send_ack(qp)
+            elif wake is None or due < wake:
+                wake = due
+        return wake
+
+    def linger_until(self) -> float | None:
+        """Monotonic time until which finished receive QPs should still answer.
+
+        A finished receiver keeps acknowledging retransmissions (its last
+        ACK may have been lost) until the sender's CLOSE arrives or
+        ``linger_s`` passed without a packet.
+        """
+        until = None
+        for record, qp in self.receivers.values():
+            if qp.complete and not qp.closed:
+                t = qp.last_rx + self.config.linger_s
+                until = t if until is None else max(until, t)
+        return until
+
+    # -- results -----------------------------------------------------------------------
+    def snapshot(self) -> None:
+        """Copy bytes and counters into every record's row."""
+        for sender in self.senders.values():
+            qp, record = sender.qp, sender.record
+            record.bytes = qp.bytes_acked
+            record.extra.update(
+                qpn=qp.qpn, packets=qp.count, packets_sent=qp.packets_sent,
+                retransmitted=qp.retransmitted, lost_detected=qp.lost_detected,
+                out_of_order=qp.peer_out_of_order, duplicates=qp.peer_duplicates,
+                cwnd_final=round(qp.cwnd, 2), srtt_us=None if qp.srtt is None
+                else round(qp.srtt * 1e6), rto_count=qp.rto_count,
+                acks_received=qp.acks_received, reorder_mult=qp.reorder_mult,
+                entropy_ports=sender.ports)
+        for record, qp in self.receivers.values():
+            record.bytes = qp.bytes
+            record.extra.update(
+                qpn=qp.qpn, packets=qp.count, packets_received=qp.packets_received,
+                packets_sent=qp.acks_sent, acks_sent=qp.acks_sent, retransmitted=0,
+                lost_detected=0, out_of_order=qp.out_of_order, duplicates=qp.duplicates,
+                bad_packets=qp.bad, cwnd_final=None)
+
+    def totals(self) -> dict[str, int]:
+        """Counters summed over the agent's queue pairs (call after :meth:`snapshot`)."""
+        send = [s.qp for s in self.senders.values()]
+        recv = [qp for _, qp in self.receivers.values()]
+        return {
+            "data_packets_sent": sum(q.packets_sent for q in send),
+            "retransmitted": sum(q.retransmitted for q in send),
+            "lost_detected": sum(q.lost_detected for q in send),
+            "rto_count": sum(q.rto_count for q in send),
+            "acks_received": sum(q.acks_received for q in send),
+            "data_packets_received": sum(q.packets_received for q in recv),
+            "out_of_order": sum(q.out_of_order for q in recv),
+            "duplicates": sum(q.duplicates for q in recv),
+            "acks_sent": sum(q.acks_sent for q in recv),
+            "bytes_sent_acked": sum(q.bytes_acked for q in send),
+            "bytes_received": sum(q.bytes for q in recv),
+            "unknown_qp": self.unknown_qp, "bad_packets": self.bad_packets + sum(
+                q.bad for q in recv),
+            "send_errors": self.send_errors, "icmp_errors": self.icmp_errors,
+        }
+
+    def close(self) -> None:
+        """Close every socket the engine opened."""
+        for sock in self._own:
+            self.loop.unregister(sock)
+            sock.close()
+        self._own.clear()
+        self.listeners.clear()

@@ -1,0 +1,109 @@
+"""Responder side of one RoCE queue pair: accept any order, deliver once, ACK.
+
+Pure logic like :mod:`fabric.agent.roce_send`. Packets may arrive in any
+order (spraying); each PSN is delivered once, later copies are counted as
+duplicates, and a packet arriving after a higher PSN counts as out of order.
+An ACK is due after every ``ack_every`` new packets, on a packet with the
+ACK-request bit, on a duplicate (the sender is missing an ACK), on
+completion, or ``ack_delay_s`` after the first unacknowledged arrival.
+"""
+
+from __future__ import annotations
+
+from fabric.agent.bth import (ACK_KIND, MAX_BITMAP_BYTES, PSN_MASK, ack_packet, unwrap)
+
+_BITS = bytes.maketrans(b"\x00\x01", b"01")
+
+
+class RecvQP:
+    """Reassembly state of one message.
+
+    Parameters
+    ----------
+    qpn : int
+        This queue pair's number (also the requester's: both ends use the
+        transfer's QPN).
+    nbytes, mtu : int
+        Message length and payload per packet, as the sender splits it.
+    ack_every : int
+        New packets per immediate ACK.
+    ack_delay_s : float
+        Longest an arrival waits for its ACK.
+    """
+
+    def __init__(self, qpn: int, nbytes: int, mtu: int, ack_every: int = 4,
+                 ack_delay_s: float = 0.001) -> None:
+        self.qpn = qpn
+        self.nbytes = nbytes
+        self.mtu = mtu
+        self.count = -(-nbytes // mtu)
+        self.last_len = nbytes - (self.count - 1) * mtu
+        self.ack_every = ack_every
+        self.ack_delay_s = ack_delay_s
+        self.got = bytearray(self.count)
+        self.cum = 0            # next PSN expected in order
+        self.max_seen = -1
+        self.trigger = 0        # PSN of the latest arrival (echoed for RTT samples)
+        self.pending = 0        # arrivals not yet acknowledged
+        self.pending_since = 0.0
+        self.bytes = 0
+        self.packets_received = 0
+        self.out_of_order = 0
+        self.duplicates = 0
+        self.bad = 0
+        self.acks_sent = 0
+        self.closed = False     # the sender said it saw everything acknowledged
+        self.last_rx = 0.0
+
+    @property
+    def complete(self) -> bool:
+        """Every PSN arrived."""
+        return self.cum >= self.count
+
+    def on_data(self, psn: int, payload_len: int, ackreq: bool, now: float) -> bool:
+        """Account one data packet; return True if an ACK should go out now.
+
+        ``payload_len`` excludes BTH padding and ICRC. A packet outside the
+        message or of the wrong length is counted in :attr:`bad` and dropped.
+        """
+        self.last_rx = now
+        self.packets_received += 1
+        index = unwrap(psn, self.cum)
+        if not 0 <= index < self.count or payload_len != (
+                self.last_len if index == self.count - 1 else self.mtu):
+            self.bad += 1
+            return False
+        self.trigger = index
+        if self.got[index]:
+            self.duplicates += 1
+            return True
+        self.got[index] = 1
+        self.bytes += payload_len
+        if index < self.max_seen:
+            self.out_of_order += 1
+        else:
+            self.max_seen = index
+        if index == self.cum:
+            nxt = self.got.find(0, index + 1)
+            self.cum = self.count if nxt < 0 else nxt
+        if not self.pending:
+            self.pending_since = now
+        self.pending += 1
+        return ackreq or self.pending >= self.ack_every or self.cum >= self.count
+
+    def ack_due(self) -> float | None:
+        """Monotonic time a delayed ACK is due, if one is pending."""
+        return self.pending_since + self.ack_delay_s if self.pending else None
+
+    def make_ack(self) -> bytes:
+        """The ACKNOWLEDGE datagram for the current state (resets pending)."""
+        self.pending = 0
+        self.acks_sent += 1
+        bitmap = b""
+        hi = min(self.max_seen + 1, self.cum + 1 + MAX_BITMAP_BYTES * 8)
+        if hi > self.cum + 1:
+            # bytes of 0/1 -> "01" text -> int: bit j is PSN cum+1+j, all in C
+            bits = self.got[self.cum + 1:hi].translate(_BITS)[::-1]
+            bitmap = int(bits, 2).to_bytes(-(-len(bits) // 8), "little")
+        return ack_packet(self.qpn, self.cum & PSN_MASK, 1 if self.complete else 0, ACK_KIND,
+                          self.trigger & PSN_MASK, self.duplicates, self.out_of_order, bitmap)

@@ -1,0 +1,330 @@
+"""The RoCEv2-like transport: wire format (checked with scapy), the pure QP
+logic under simulated reordering and loss, and real agents on loopback
+(exact delivery, an impairing proxy, pacing)."""
+
+from __future__ import annotations
+
+import heapq
+import random
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import IP, UDP
+from scapy.packet import Raw
+
+from fabric.agent import bth
+from fabric.agent.impair import Impairment, ImpairmentProxy
+from fabric.agent.local import loopback_hosts, run_plan, spare_address
+from fabric.agent.loop import EventLoop
+from fabric.agent.records import SEND, TransferRecord
+from fabric.agent.roce import RoceEngine
+from fabric.agent.roce_recv import RecvQP
+from fabric.agent.roce_send import SendQP
+from fabric.traffic.model import Plan, Transfer, TransportSpec, source_ports
+
+
+def _ip(hosts: dict[str, list[str]], name: str) -> str:
+    return hosts[name][0].split("/")[0]
+
+
+def _row(run, transfer_id: str, role: str) -> dict:
+    assert run.result is not None, run.stderr
+    return next(r for r in run.result["transfers"] if r["id"] == transfer_id
+                and r["role"] == role)
+
+
+# -- wire format ---------------------------------------------------------------------------
+def test_engine_packets_decode_as_rocev2_with_scapy():
+    """Capture what the engine really sends and decode IP/UDP/BTH with scapy."""
+    hosts = loopback_hosts(["a", "b"])
+    src, dst = _ip(hosts, "a"), _ip(hosts, "b")
+    spec = TransportSpec(kind="roce", mtu_payload=256, rate_mbps=50)
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind((dst, bth.ROCE_PORT))
+    receiver.settimeout(2)
+    loop = EventLoop()
+    engine = RoceEngine(loop, spec, [src], lambda r: None, lambda r, e: None)
+    loop.add_service(engine.service)
+    try:
+        transfer = Transfer("t", "a", "b", 256 * 3 + 10, dscp=26)  # 4 packets, last padded
+        record = TransferRecord(transfer, SEND, qpn=0x1234, src_ip=src, dst_ip=dst)
+        engine.start_send(record, time.monotonic())
+        grams = []
+        while len(grams) < 4:
+            loop.run_once(0.01)
+            try:
+                receiver.setblocking(False)
+                grams.append(receiver.recvfrom(2048))
+            except BlockingIOError:
+                pass
+    finally:
+        engine.close()
+        loop.close()
+        receiver.close()
+    decoded = []
+    for payload, (_, sport) in grams:
+        frame = IP(bytes(IP(src=src, dst=dst, tos=26 << 2) / UDP(sport=sport, dport=4791)
+                         / Raw(payload)))
+        assert BTH in frame, frame.summary()
+        decoded.append(frame[BTH])
+    assert [p.opcode for p in decoded] == [bth.SEND_FIRST, bth.SEND_MIDDLE, bth.SEND_MIDDLE,
+                                          bth.SEND_LAST]
+    assert [p.psn for p in decoded] == [0, 1, 2, 3]
+    assert {p.dqpn for p in decoded} == {0x1234}
+    assert {p.pkey for p in decoded} == {0xFFFF}
+    assert [p.padcount for p in decoded] == [0, 0, 0, 2]   # 10 bytes padded to 12
+    assert decoded[-1].ackreq == 1 and decoded[-1].solicited == 1
+    assert all(p.icrc == 0 for p in decoded)
+    assert [len(p[Raw].load) for p in decoded] == [256, 256, 256, 12]
+
+
+def _tos_of(sock: socket.socket, timeout: float = 2.0) -> tuple[bytes, int]:
+    """Receive one datagram and the TOS byte it carried (IP_RECVTOS)."""
+    sock.settimeout(timeout)
+    data, ancdata, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(4))
+    tos = [c[2][0] for c in ancdata if c[0] == socket.IPPROTO_IP and c[1] == socket.IP_TOS]
+    return data, tos[0] if tos else -1
+
+
+def test_data_and_acks_carry_the_dscp():
+    """Data leaves with IP_TOS = dscp << 2, and so do the ACKs of a shared listener."""
+    hosts = loopback_hosts(["a", "b", "c"])
+    a_ip, b_ip, c_ip = _ip(hosts, "a"), _ip(hosts, "b"), _ip(hosts, "c")
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    peer.bind((b_ip, bth.ROCE_PORT))
+    loop = EventLoop()
+    engine = RoceEngine(loop, TransportSpec(kind="roce"), [a_ip], lambda r: None,
+                        lambda r, e: None)
+    loop.add_service(engine.service)
+    try:
+        engine.bind()
+        # a sends to the peer socket: the data's TOS
+        engine.start_send(TransferRecord(Transfer("s", "a", "b", 100, dscp=26), SEND,
+                                         qpn=0x200, src_ip=a_ip, dst_ip=b_ip),
+                          time.monotonic())
+        loop.run_once(0.01)
+        data, tos = _tos_of(peer)
+        assert bth.parse_bth(data).dqpn == 0x200 and tos == 26 << 2
+        # the peer sends a's listener a one-packet message: the ACK's TOS
+        record = TransferRecord(Transfer("r", "c", "a", 100, dscp=46), "recv", qpn=0x201)
+        engine.add_recv(record)
+        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sender.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        sender.bind((c_ip, 0))
+        sender.sendto(bth.data_packet(bth.SEND_ONLY, 0x201, 0, bytes(100), ackreq=True),
+                      (a_ip, bth.ROCE_PORT))
+        for _ in range(5):
+            loop.run_once(0.01)
+        ack, tos = _tos_of(sender)
+        sender.close()
+        assert bth.parse_ack(ack).cum == 1 and tos == 46 << 2
+        assert record.bytes == 100 and record.end is not None
+    finally:
+        engine.close()
+        loop.close()
+        peer.close()
+
+
+def test_ack_decodes_with_scapy_and_roundtrips():
+    bitmap = bytes([0b00000101, 0x80])
+    raw = bth.ack_packet(dqpn=0x345, cum=10, msn=1, kind=bth.ACK_KIND, trigger_psn=25,
+                         duplicates=3, out_of_order=7, bitmap=bitmap)
+    frame = IP(bytes(IP(src="127.0.0.3", dst="127.0.0.2") / UDP(sport=4791, dport=4791)
+                     / Raw(raw)))
+    assert frame[BTH].opcode == bth.ACKNOWLEDGE and frame[BTH].dqpn == 0x345
+    assert frame[BTH].psn == 9                       # IB: last PSN received in order
+    assert frame[AETH].syndrome == bth.AETH_ACK and frame[AETH].msn == 1
+    ack = bth.parse_ack(raw)
+    assert (ack.dqpn, ack.cum, ack.msn, ack.kind, ack.trigger_psn, ack.duplicates,
+            ack.out_of_order, ack.bitmap) == (0x345, 10, 1, 0, 25, 3, 7, bitmap)
+
+
+def test_psn_unwrap_across_24_bits():
+    assert bth.unwrap(5, 2**24 - 3) == 2**24 + 5
+    assert bth.unwrap(2**24 - 2, 2**24 + 1) == 2**24 - 2
+    assert bth.unwrap(100, 90) == 100
+
+
+def test_sack_bitmap_from_receiver_acks_exactly_what_arrived():
+    recv = RecvQP(0x100, 1400 * 40, 1400)
+    send = SendQP(0x100, 1400 * 40, 1400)
+    for _ in range(40):
+        send.cwnd = 64
+        send.next_packet(0.0)
+    arrived = [0, 1, 2, 5, 9, 10, 17, 33, 39]
+    for psn in arrived:
+        recv.on_data(psn, 1400, False, 0.001)
+    assert recv.cum == 3 and recv.out_of_order == 0
+    send.on_ack(bth.parse_ack(recv.make_ack()), 0.002)
+    assert [p for p in range(40) if send.state[p] == 3] == arrived
+    assert send.bytes_acked == len(arrived) * 1400
+
+
+# -- pure logic under simulated reordering and loss ----------------------------------------
+def simulate(npackets: int, loss: float, reorder: float, max_extra_s: float, seed: int,
+             ack_loss: float = 0.0, rate_pps: float = 2000.0, limit_s: float = 30.0
+             ) -> tuple[SendQP, RecvQP]:
+    """Run one QP pair over a channel that delays, reorders and drops (dt = 50 us)."""
+    rng = random.Random(seed)
+    mtu = 1000
+    send, recv = SendQP(0x100, npackets * mtu, mtu), RecvQP(0x100, npackets * mtu, mtu)
+    wire: list[tuple[float, int, str, object]] = []
+    seq = 0
+    now, next_slot, dt = 0.0, 0.0, 5e-5
+
+    def put(kind: str, item: object, base: float, drop: float) -> None:
+        nonlocal seq
+        if rng.random() < drop:
+            return
+        delay = base + (rng.uniform(0, max_extra_s) if rng.random() < reorder else 0.0)
+        seq += 1
+        heapq.heappush(wire, (now + delay, seq, kind, item))
+
+    while not send.done and now < limit_s:
+        while wire and wire[0][0] <= now:
+            _, _, kind, item = heapq.heappop(wire)
+            if kind == "data":
+                psn, ackreq = item  # type: ignore[misc]
+                if recv.on_data(psn, mtu, ackreq, now):
+                    put("ack", recv.make_ack(), 2e-4, ack_loss)
+            else:
+                send.on_ack(bth.parse_ack(item), now)  # type: ignore[arg-type]
+        due = recv.ack_due()
+        if due is not None and due <= now:
+            put("ack", recv.make_ack(), 2e-4, ack_loss)
+        deadline = send.deadline()
+        if deadline is not None and deadline <= now:
+            send.on_timer(now)
+        if now >= next_slot and send.can_send():
+            psn, _, ackreq, _ = send.next_packet(now)
+            put("data", (psn, ackreq), 2e-4, loss)
+            next_slot = now + 1 / rate_pps
+        now += dt
+    return send, recv
+
+
+def test_heavy_reordering_without_loss_needs_no_retransmission():
+    send, recv = simulate(600, loss=0.0, reorder=0.6, max_extra_s=0.002, seed=3)
+    assert send.done and recv.bytes == 600 * 1000
+    assert recv.out_of_order / recv.packets_received > 0.25     # spraying-like reordering
+    assert send.retransmitted <= 0.02 * 600                      # no dup-ACK false alarms
+    assert recv.duplicates == send.retransmitted                 # all of them spurious
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_loss_and_reordering_deliver_everything_once(seed):
+    send, recv = simulate(800, loss=0.05, reorder=0.5, max_extra_s=0.003, seed=seed,
+                          ack_loss=0.05)
+    assert send.done and recv.complete
+    assert recv.bytes == 800 * 1000 and send.bytes_acked == 800 * 1000
+    assert send.retransmitted >= 20                         # ~40 packets were dropped
+    assert recv.bad == 0
+    assert recv.packets_received == 800 + recv.duplicates   # each PSN delivered once
+    assert 1 <= send.cwnd <= send.cc.max_cwnd
+
+
+def test_receiver_gone_fails_after_repeated_timeouts():
+    send = SendQP(0x100, 10_000, 1000)
+    now = 0.0
+    while not send.failed and now < 60:
+        while send.can_send():
+            send.next_packet(now)
+        deadline = send.deadline()
+        assert deadline is not None
+        now = max(now, deadline)
+        send.on_timer(now)
+    assert send.failed and "timeouts" in send.failed
+    assert send.rto_count == send.cc.max_timeouts + 1
+    assert 5 < now < 15                                   # backed off to max_rto_s
+
+
+# -- real agents on loopback ---------------------------------------------------------------
+def test_roce_delivers_every_byte(tmp_path: Path):
+    hosts = loopback_hosts(["a", "b"])
+    transfers = [Transfer("t1", "a", "b", 1_000_001), Transfer("t2", "b", "a", 1)]
+    plan = Plan(transfers, hosts, TransportSpec(kind="roce", rate_mbps=100),
+                start_at=time.time() + 0.6, deadline_s=8)
+    runs = run_plan(plan, tmp_path)
+    assert {h: r.returncode for h, r in runs.items()} == {"a": 0, "b": 0}, \
+        [r.stderr for r in runs.values()]
+    for tid, size, src, dst in (("t1", 1_000_001, "a", "b"), ("t2", 1, "b", "a")):
+        sent, got = _row(runs[src], tid, "send"), _row(runs[dst], tid, "recv")
+        assert sent["bytes"] == got["bytes"] == size
+        packets = -(-size // 1400)
+        assert got["packets"] == packets
+        # every arrival is either new (delivered once) or a counted duplicate
+        assert got["packets_received"] == packets + got["duplicates"] + got["bad_packets"]
+        assert sent["packets_sent"] == packets + sent["retransmitted"]
+        assert sent["end"] >= got["end"] >= got["start"] >= sent["start"] - 0.01
+        assert sent["error"] is None and got["error"] is None
+    result = runs["b"].result
+    assert result["roce"]["bytes_received"] == 1_000_001
+    assert result["roce"]["unknown_qp"] == 0 and result["errors"] == []
+
+
+@pytest.mark.parametrize("entropy", ["packet", "flow"])
+def test_roce_through_lossy_reordering_proxy(tmp_path: Path, entropy: str):
+    hosts = loopback_hosts(["a", "b"])
+    proxy_ip = spare_address(hosts)
+    size = 500_000
+    plan = Plan([Transfer("t1", "a", "b", size, dst_ip=proxy_ip)], hosts,
+                TransportSpec(kind="roce", rate_mbps=40, entropy=entropy, entropy_ports=16),
+                start_at=time.time() + 0.6, deadline_s=8)
+    with ImpairmentProxy(proxy_ip, _ip(hosts, "b"), forward=Impairment(0.05, 0.5, 0.004),
+                         seed=11) as proxy:
+        runs = run_plan(plan, tmp_path)
+    assert runs["a"].returncode == 0 and runs["b"].returncode == 0, runs["a"].result
+    sent, got = _row(runs["a"], "t1", "send"), _row(runs["b"], "t1", "recv")
+    assert proxy.stats.forward["dropped"] > 0 and proxy.stats.forward["held"] > 0
+    assert sent["bytes"] == got["bytes"] == size                  # nothing lost, nothing twice
+    assert sent["retransmitted"] > 0 and sent["lost_detected"] > 0
+    assert got["out_of_order"] > 0
+    # each PSN delivered once: the rest of the arrivals are counted duplicates
+    assert got["packets_received"] == got["packets"] + got["duplicates"]
+    assert sent["packets_sent"] == got["packets"] + sent["retransmitted"]
+    # the planned, seeded source ports: one per packet in turn, or one for the flow
+    assert sent["src_ports"] == list(source_ports(plan)["a"][("roce", "t1")])
+    assert len(sent["src_ports"]) == (16 if entropy == "packet" else 1)
+
+
+def test_busy_planned_port_falls_back_with_a_warning(tmp_path: Path):
+    hosts = loopback_hosts(["a", "b"])
+    plan = Plan([Transfer("t1", "a", "b", 20_000)], hosts,
+                TransportSpec(kind="roce", entropy="packet", entropy_ports=4),
+                start_at=time.time() + 0.6, deadline_s=8, port_seed=5)
+    planned = source_ports(plan)["a"][("roce", "t1")]
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    squatter.bind((_ip(hosts, "a"), planned[2]))
+    try:
+        runs = run_plan(plan, tmp_path)
+    finally:
+        squatter.close()
+    assert runs["a"].returncode == 0 and runs["b"].returncode == 0
+    sent = _row(runs["a"], "t1", "send")
+    assert sent["bytes"] == 20_000
+    assert sent["src_ports"][:2] == list(planned[:2]) and sent["src_ports"][2] != planned[2]
+    (warning,) = runs["a"].result["warnings"]
+    assert str(planned[2]) in warning and "ephemeral" in warning
+
+
+def test_roce_pacing_holds_20_mbps(tmp_path: Path):
+    """Loopback is unshaped: only the token bucket limits the sender."""
+    hosts = loopback_hosts(["a", "b"])
+    rate, seconds = 20.0, 2.0
+    size = int(rate * 1e6 / 8 * seconds * 1400 / (1400 + bth.DATA_OVERHEAD))
+    plan = Plan([Transfer("t1", "a", "b", size)], hosts,
+                TransportSpec(kind="roce", rate_mbps=rate, entropy="packet"),
+                start_at=time.time() + 0.6, deadline_s=8)
+    runs = run_plan(plan, tmp_path)
+    assert runs["a"].returncode == 0, runs["a"].result
+    sent = _row(runs["a"], "t1", "send")
+    duration = sent["end"] - sent["start"]
+    goodput = sent["bytes"] * 8 / duration / 1e6
+    wire = goodput * (1400 + bth.DATA_OVERHEAD) / 1400
+    assert 18.0 <= goodput <= 22.0, goodput
+    assert 18.0 <= wire <= 22.0, wire
+    assert 1.7 < duration < 2.5
