@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -36,17 +38,28 @@ def test_ring_allreduce_puts_the_right_bytes_on_each_link(tmp_path: Path) -> Non
     assert all(totals[link] < 20_000 for link in idle)
 
 
-def test_roce_delivers_every_byte_when_sprayed(tmp_path: Path) -> None:
+def test_roce_delivers_every_byte_when_sprayed_through_uneven_queues(tmp_path: Path) -> None:
     graph = topologies.build("rail-clos")
     transfers = [Transfer("spray", "h0g0", "h4g0", 3_000_000)]  # across the spines
     transport = TransportSpec("roce", entropy="packet", entropy_ports=64, rate_mbps=HOST_MBPS)
     with Emulation(graph, EmulationOptions(policy="spray")) as emu:
+        # Two TCP flows fill the queues of the uplinks they hash onto, so the
+        # sprayed packets see different delays on different spines: reordering.
+        background = []
+        for src, dst in (("h1g0", "h5g0"), ("h2g0", "h6g0")):
+            background.append(emu.host(dst).popen(["iperf3", "-s", "-1"],
+                                                  stdout=subprocess.DEVNULL))
+            time.sleep(0.2)
+            background.append(emu.host(src).popen(
+                ["iperf3", "-c", graph.nodes[dst]["ip"], "-t", "5"], stdout=subprocess.DEVNULL))
+        time.sleep(1)
         result = run_plan(emu, build_plan(emu, transfers, transport), tmp_path)
+        for proc in background:
+            proc.wait(timeout=20)
     assert result.complete, result.errors
     (row,) = result.transfer_rows()
     assert row["recv_bytes"] == 3_000_000
-    assert row["recv_out_of_order"] > 0, "spraying over 4 spines reorders packets"
-    assert row["recv_duplicates_delivered"] == 0 if "recv_duplicates_delivered" in row else True
+    assert row["recv_out_of_order"] > 0.05 * row["recv_packets"], row
     spines = {n for n in graph.nodes if graph.nodes[n]["role"] == "spine"}
     used = {sw for link, n in result.links.totals().items() if n > 100_000
             for sw in link if sw in spines}
