@@ -91,7 +91,8 @@ def bring_up_text(report: Any) -> str:
     plan = report.rate_plan
     phases = ", ".join(f"{k} {v:.2f}" for k, v in report.phases_s.items())
     lines = [f"datapath: {report.datapath}space Open vSwitch",
-             f"rates: {plan.scale_mbps_per_gbps * 1000:.3g} Mbit/s emulated per physical Tbit/s; "
+             f"rates: host links at {plan.host_mbps:g} Mbit/s "
+             f"({plan.scale_mbps_per_gbps * 1000:.3g} Mbit/s emulated per physical Tbit/s); "
              f"full-load forwarding headroom x{plan.headroom:.2f} "
              f"({plan.demand_pkt_hops / 1e3:.0f} of {plan.budget_pkt_hops / 1e3:.0f} k "
              f"packet-hops/s, {plan.switch_ports} switch ports)",
@@ -121,7 +122,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
                                controller_port=args.port, lanes=_lanes(args))
     transport = TransportSpec(args.transport, connections=args.connections,
-                              entropy=args.entropy, rate_mbps=args.host_mbps)
+                              entropy=args.entropy)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report), file=sys.stderr)
@@ -134,7 +135,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
               f"endpoints...", file=sys.stderr)
         result = run_plan(emu, plan, workdir)
     result.fidelity.append(idle)
-    summary = summarize(result, spec, participants, args.host_mbps)
+    summary = summarize(result, spec, participants, emu.report.rate_plan.host_mbps)
     rows = result.transfer_rows()
     if args.format == "csv":
         _print_csv(rows)
@@ -190,8 +191,10 @@ def _emulation_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isolation", action="store_true",
                     help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
     parser.add_argument("--lanes", metavar="FILE", help="SL/VL map and lane shares (JSON)")
-    parser.add_argument("--host-mbps", type=float, default=capacity.DEFAULT_HOST_MBPS,
-                    help="emulated rate of the fastest host link; all links scale alike")
+    parser.add_argument("--host-mbps", type=float, default=None,
+                        help="emulated rate of the fastest host link; all links scale alike "
+                             "(default: the highest rate, up to 20, at which the fabric's full "
+                             "load stays within what this machine forwards faithfully)")
     parser.add_argument("--queue-pkts", type=int, default=shaping.DEFAULT_QUEUE_PKTS,
                     help="egress buffer of every link, in packets")
     parser.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")

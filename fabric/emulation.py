@@ -69,7 +69,7 @@ class EmulationOptions:
     """How to emulate: routing policy, scaled rates, buffers, datapath."""
 
     policy: str = "ecmp"
-    host_mbps: float = capacity.DEFAULT_HOST_MBPS
+    host_mbps: float | None = None  # None: the highest rate that fits (capacity)
     queue_pkts: int = shaping.DEFAULT_QUEUE_PKTS
     datapath: str = "auto"
     controller_port: int = 6653

@@ -2,9 +2,13 @@
 
 Checks, each with its measured value and threshold:
 
-* ``ovs_busiest_thread``: CPU share of ovs-vswitchd's busiest thread (in
-  userspace mode one thread forwards everything; near 100 % it drops or
-  delays packets silently);
+* ``ovs_input_delay_ms``: how long packets wait in ovs-vswitchd's receive
+  sockets: the mean sampled backlog over the rate at which the switch
+  ports receive (Little's law). A datapath that keeps up drains them every loop;
+  one that falls behind lets them fill, delaying and then dropping packets
+  unseen. (The busiest ovs-vswitchd thread's CPU share is reported too, but
+  is no verdict: the userspace datapath polls its sockets busily and shows
+  near 100 % with a single 20 Mbit/s flow.)
 * ``machine_cpu``: share of all cores busy (agents, shaping and OVS compete);
 * ``hidden_socket_drops``: drops counted by the kernel on ovs-vswitchd's
   packet sockets, which no OVS counter shows;
@@ -15,6 +19,7 @@ Checks, each with its measured value and threshold:
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +28,8 @@ from typing import Any
 from fabric import ovs
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-MAX_OVS_THREAD_SHARE = 0.85
+MAX_OVS_INPUT_DELAY_MS = 1.0  # against idle RTTs of 0.7-3 ms across the fabric
+BACKLOG_SAMPLE_S = 0.1
 MAX_MACHINE_CPU = 0.95
 MIN_IDLE_PATH_RATE = 0.90
 
@@ -58,35 +64,76 @@ def machine_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-class FidelityMonitor:
-    """Measure OVS and machine CPU and hidden drops between start and stop."""
+def switch_rx_bytes(devices: list[str]) -> int:
+    """Bytes the switch ports (root-namespace veths) have received."""
+    total = 0
+    for dev in devices:
+        try:
+            total += int(Path(f"/sys/class/net/{dev}/statistics/rx_bytes").read_text())
+        except (OSError, ValueError):
+            continue
+    return total
 
-    def __init__(self) -> None:
+
+class FidelityMonitor:
+    """Measure OVS input backlog, CPU and hidden drops between start and stop.
+
+    Parameters
+    ----------
+    switch_ports : list of str
+        The switches' interfaces, whose receive rate OVS must sustain.
+    """
+
+    def __init__(self, switch_ports: list[str]) -> None:
+        self.switch_ports = switch_ports
         self.checks: list[Check] = []
         self._t0 = 0.0
         self._ovs_pid: int | None = None
         self._threads0: dict[int, int] = {}
         self._machine0 = (0, 0)
         self._drops0 = 0
+        self._rx0 = 0
+        self._backlog: list[int] = []
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample_backlog, daemon=True,
+                                         name="ovs-backlog")
 
     def start(self) -> None:
-        """Take the first readings."""
+        """Take the first readings and start sampling the socket backlog."""
         self._t0 = time.monotonic()
         self._ovs_pid = ovs.vswitchd_pid()
         self._threads0 = thread_cpu_ticks(self._ovs_pid) if self._ovs_pid else {}
         self._machine0 = machine_ticks()
         self._drops0 = sum(s.drops for s in ovs.packet_sockets())
+        self._rx0 = switch_rx_bytes(self.switch_ports)
+        self._sampler.start()
+
+    def _sample_backlog(self) -> None:
+        while not self._stop.wait(BACKLOG_SAMPLE_S):
+            self._backlog.append(sum(s.queued_bytes for s in ovs.packet_sockets()
+                                     if s.device != "*"))
 
     def stop(self) -> list[Check]:
         """Take the second readings and return the checks."""
+        self._stop.set()
+        self._sampler.join()
         elapsed = max(time.monotonic() - self._t0, 1e-6)
         checks = []
+        rx_rate = (switch_rx_bytes(self.switch_ports) - self._rx0) / elapsed
+        backlog = sorted(self._backlog)
+        mean = sum(backlog) / len(backlog) if backlog else 0.0
+        p95 = backlog[int(0.95 * (len(backlog) - 1))] if backlog else 0
+        delay_ms = mean / rx_rate * 1e3 if rx_rate > 0 else 0.0
+        checks.append(Check("ovs_input_delay_ms", round(delay_ms, 3), MAX_OVS_INPUT_DELAY_MS,
+                            delay_ms <= MAX_OVS_INPUT_DELAY_MS,
+                            f"mean backlog {mean:.0f} bytes (p95 {p95}) at "
+                            f"{rx_rate * 8 / 1e6:.1f} Mbit/s into the switches"))
         if self._ovs_pid:
             threads1 = thread_cpu_ticks(self._ovs_pid)
             busiest = max((threads1[t] - self._threads0.get(t, 0) for t in threads1), default=0)
             share = busiest / CLOCK_TICKS / elapsed
-            checks.append(Check("ovs_busiest_thread", round(share, 3), MAX_OVS_THREAD_SHARE,
-                                share <= MAX_OVS_THREAD_SHARE, "CPU share of one core"))
+            checks.append(Check("ovs_busiest_thread", round(share, 3), 1.0, True,
+                                "CPU share of one core (informational: the datapath polls)"))
         busy1, total1 = machine_ticks()
         busy = (busy1 - self._machine0[0]) / max(total1 - self._machine0[1], 1)
         checks.append(Check("machine_cpu", round(busy, 3), MAX_MACHINE_CPU,

@@ -145,6 +145,7 @@ class PacketSocket:
     rcvbuf_bytes: int
     sndbuf_bytes: int
     drops: int
+    queued_bytes: int = 0  # received, not yet read by ovs-vswitchd
 
 
 _SKMEM_RE = re.compile(r"\*:(\S+)\s.*skmem:\(([^)]*)\)|\[\d+\]:\*\s.*skmem:\(([^)]*)\)")
@@ -167,7 +168,7 @@ def packet_sockets() -> list[PacketSocket]:
         device = match.group(1) or "*"
         fields = dict(re.findall(r"([a-z]+)(\d+)", match.group(2) or match.group(3)))
         found.append(PacketSocket(device, int(fields.get("rb", 0)), int(fields.get("tb", 0)),
-                                  int(fields.get("d", 0))))
+                                  int(fields.get("d", 0)), int(fields.get("r", 0))))
     return found
 
 

@@ -53,6 +53,11 @@ def qpn_for(index: int) -> int:
     return qpn
 
 
+# A plan made by the traffic runner always names the emulated host rate; one
+# written by hand without a rate is paced at the default emulated rate.
+UNPLANNED_RATE_MBPS = 20.0
+
+
 @dataclass(frozen=True)
 class RoceConfig:
     """Tunables of the engine (the plan's TransportSpec sets rate, MTU, entropy)."""
@@ -199,7 +204,8 @@ class RoceEngine:
         pacer = self.pacers.get(src_ip)
         if pacer is None:
             wire = self.spec.mtu_payload + bth.DATA_OVERHEAD
-            pacer = _Pacer(bucket_for(self.spec.rate_mbps, wire, now, self.config.burst_s))
+            pacer = _Pacer(bucket_for(self.spec.rate_mbps or UNPLANNED_RATE_MBPS, wire, now,
+                                      self.config.burst_s))
             self.pacers[src_ip] = pacer
         return pacer
 

@@ -68,7 +68,7 @@ class TransportSpec:
     connections: int = 1
     entropy: str = "flow"
     entropy_ports: int = 64
-    rate_mbps: float = 20.0
+    rate_mbps: float | None = None
     mtu_payload: int = 1400
 
     def __post_init__(self) -> None:
@@ -80,7 +80,7 @@ class TransportSpec:
             raise ScheduleError(f"connections must be 1..64, got {self.connections}")
         if not 1 <= self.entropy_ports <= 1024:
             raise ScheduleError(f"entropy_ports must be 1..1024, got {self.entropy_ports}")
-        if not self.rate_mbps > 0:
+        if self.rate_mbps is not None and not self.rate_mbps > 0:
             raise ScheduleError(f"rate_mbps must be > 0, got {self.rate_mbps}")
         if not 256 <= self.mtu_payload <= 1400:
             raise ScheduleError(f"mtu_payload must be 256..1400, got {self.mtu_payload}")

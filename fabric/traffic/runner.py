@@ -85,6 +85,8 @@ def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSp
     hosts = {ep: [f"{nic['ip']}/{nic['prefix'].split('/')[1]}"
                   for nic in graph.nodes[ep]["nics"]] for ep in fg.endpoints(graph)}
     validate_schedule(transfers, hosts)
+    if transport.rate_mbps is None:  # pace at the emulated host link rate
+        transport = replace(transport, rate_mbps=emu.report.rate_plan.host_mbps)
     transfers = [t if t.dst_ip or len(graph.nodes[t.dst]["nics"]) == 1
                  else replace(t, dst_ip=nearest_nic_ip(graph, t.src, t.dst)) for t in transfers]
     return Plan(list(transfers), hosts, transport, time.time() + START_LEAD_S, deadline_s,
@@ -203,7 +205,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     drops_before = ingress_drops(emu, involved)
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
     agents: dict[str, subprocess.Popen] = {}
-    fid = fidelity.FidelityMonitor()
+    fid = fidelity.FidelityMonitor(emu.state.root_intfs)
     errors: list[str] = []
     try:
         for ep in involved:

@@ -135,8 +135,8 @@ def test_bad_spec_fails_cleanly_before_any_change() -> None:
 
 
 def test_unshapeable_rate_is_refused_before_any_change() -> None:
-    proc = subprocess.run([*FABRIC, "up", "fat-tree,k=8"], cwd=ROOT, capture_output=True,
-                          text=True)
+    proc = subprocess.run([*FABRIC, "up", "fat-tree,k=8", "--host-mbps", "20"], cwd=ROOT,
+                          capture_output=True, text=True)
     assert proc.returncode == 2
     assert "packet-hops/s" in proc.stderr and "Traceback" not in proc.stderr
     assert not list(runstate.RUNS_DIR.glob("*.json"))

@@ -15,8 +15,6 @@ from fabric.traffic.patterns import PatternSpec, make_transfers
 from fabric.traffic.report import summarize
 from fabric.traffic.runner import build_plan, run_plan
 
-HOST_MBPS = 20.0
-
 
 def test_ring_allreduce_puts_the_right_bytes_on_each_link(tmp_path: Path) -> None:
     graph = topologies.build("rail-clos")
@@ -41,7 +39,7 @@ def test_ring_allreduce_puts_the_right_bytes_on_each_link(tmp_path: Path) -> Non
 def test_roce_delivers_every_byte_when_sprayed_through_uneven_queues(tmp_path: Path) -> None:
     graph = topologies.build("rail-clos")
     transfers = [Transfer("spray", "h0g0", "h4g0", 3_000_000)]  # across the spines
-    transport = TransportSpec("roce", entropy="packet", entropy_ports=64, rate_mbps=HOST_MBPS)
+    transport = TransportSpec("roce", entropy="packet", entropy_ports=64)
     with Emulation(graph, EmulationOptions(policy="spray")) as emu:
         # Two TCP flows fill the queues of the uplinks they hash onto, so the
         # sprayed packets see different delays on different spines: reordering.
@@ -76,10 +74,11 @@ def test_incast_round_reports_drops_and_retransmissions_that_agree(tmp_path: Pat
     with Emulation(graph, EmulationOptions(queue_pkts=16)) as emu:
         result = run_plan(emu, build_plan(emu, transfers, TransportSpec()), tmp_path)
     assert result.complete, result.errors
-    summary = summarize(result, spec, participants, HOST_MBPS)
+    summary = summarize(result, spec, participants, emu.report.rate_plan.host_mbps)
     drops = summary["ingress_drops"]
     retrans = summary["tcp_retransmitted_segments"]
     print(f"incast 8 senders: {drops} drops at the client, {retrans} retransmitted segments, "
           f"{summary['tcp_timeouts']} timeouts, round {summary['round_p99_ms']:.0f} ms")
     assert drops > 0, "8 senders into a 16-packet buffer must overflow it"
-    assert drops <= retrans <= drops + 0.2 * drops + 8
+    # Every drop is retransmitted; beyond that only what a timeout resends again.
+    assert drops <= retrans <= 1.3 * drops + 10 * summary["tcp_timeouts"] + 8

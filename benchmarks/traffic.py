@@ -1,0 +1,111 @@
+"""What the traffic engine plus the emulated fabric sustain, with fidelity intact (root).
+
+Prints, per fabric:
+
+* single-flow efficiency: goodput of one transfer on an idle path over the
+  emulated host rate, for the tcp and roce transports;
+* fairness: Jain's index of two flows sharing one receiver's link;
+* aggregate: a permutation (every host sends to one other host across the
+  fabric) sprayed over all paths at increasing host rates, with the
+  fidelity checks (OVS input delay, hidden drops, machine CPU) and the
+  agents' CPU per flow.
+
+Usage::
+
+    sudo .venv/bin/python benchmarks/traffic.py [SPEC ...] [--rates 10,20,30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import topologies
+from fabric import graph as fg
+from fabric.capacity import CapacityError
+from fabric.emulation import Emulation, EmulationOptions
+from fabric.traffic.metrics import jain_fairness
+from fabric.traffic.model import Transfer, TransportSpec
+from fabric.traffic.runner import build_plan, run_plan
+
+
+def goodputs(result) -> list[float]:
+    """Mbit/s of every finished transfer."""
+    return [r["bytes"] * 8 / r["fct_s"] / 1e6 for r in result.transfer_rows() if r["fct_s"]]
+
+
+def single_and_fair(spec: str, workdir: Path) -> None:
+    """Single-flow efficiency and two-flow fairness at the default 20 Mbit/s."""
+    graph = topologies.build(spec)
+    hosts = [e for e in fg.endpoints(graph) if graph.nodes[e]["role"] == "host"]
+    far = hosts[len(hosts) // 2]
+    with Emulation(graph, EmulationOptions(policy="spray")) as emu:
+        for kind, entropy in (("tcp", "flow"), ("roce", "flow"), ("roce", "packet")):
+            transport = TransportSpec(kind, entropy=entropy, rate_mbps=20.0)
+            one = run_plan(emu, build_plan(emu, [Transfer("one", hosts[0], far, 2_000_000)],
+                                           transport), workdir / f"one-{kind}-{entropy}")
+            two = run_plan(emu, build_plan(emu, [Transfer("a", hosts[0], far, 2_000_000),
+                                                 Transfer("b", hosts[1], far, 2_000_000)],
+                                           transport), workdir / f"two-{kind}-{entropy}")
+            rates = goodputs(two)
+            print(f"  {kind:4s} entropy={entropy:6s} single flow {goodputs(one)[0] / 20:6.1%} "
+                  f"of 20 Mbit/s; two flows into one link: {rates[0]:.1f} + {rates[1]:.1f} "
+                  f"Mbit/s, Jain {jain_fairness(rates):.3f}")
+
+
+def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
+    """A permutation at ``rate`` per host link: sustained goodput and fidelity."""
+    graph = topologies.build(spec)
+    hosts = [e for e in fg.endpoints(graph) if graph.nodes[e]["role"] == "host"]
+    half = len(hosts) // 2
+    nbytes = int(rate * 1e6 / 8 * 3)  # about three seconds at line rate
+    transfers = [Transfer(f"p{i}", h, hosts[(i + half) % len(hosts)], nbytes)
+                 for i, h in enumerate(hosts)]
+    try:
+        emu = Emulation(graph, EmulationOptions(policy="spray", host_mbps=rate))
+        emu.start()
+    except CapacityError as exc:
+        print(f"  {rate:5.0f} Mbit/s per host: refused: {exc}")
+        return
+    try:
+        transport = TransportSpec(kind, entropy="packet" if kind == "roce" else "flow",
+                                  rate_mbps=rate)
+        result = run_plan(emu, build_plan(emu, transfers, transport), workdir / f"perm-{rate:g}")
+    finally:
+        emu.stop()
+    rows = result.transfer_rows()
+    start = min(r["send_start"] for r in rows)
+    end = max(r["recv_end"] or 0 for r in rows)
+    flows = sum(goodputs(result))  # each flow's bytes over its own completion time
+    checks = {c.name: c for c in result.fidelity}
+    cpu = sum(a.get("cpu_s", 0) for a in result.agents.values()) / (end - start) / len(rows)
+    verdict = "ok" if all(c.ok for c in checks.values()) else "FAILED"
+    print(f"  {rate:5.0f} Mbit/s x {len(rows)} flows: sum of flow goodputs {flows:6.1f} Mbit/s "
+          f"({flows / rate / len(rows):5.1%} of offered), "
+          f"OVS input delay {checks['ovs_input_delay_ms'].value:.2f} ms, "
+          f"machine CPU {checks['machine_cpu'].value:.0%}, hidden drops "
+          f"{checks['hidden_socket_drops'].value}, agent CPU {cpu:.1%} of a core per flow, "
+          f"fidelity {verdict}")
+
+
+def main() -> None:
+    """Run the benchmarks for every spec given."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("specs", nargs="*", default=["rail-clos", "fat-tree"])
+    parser.add_argument("--rates", default="10,20,30", help="host link rates, Mbit/s")
+    parser.add_argument("--transport", choices=("tcp", "roce"), default="tcp",
+                        help="aggregate runs: tcp (ECMP collisions included) or sprayed roce")
+    parser.add_argument("--skip-single", action="store_true")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
+    for spec in args.specs:
+        print(f"{spec}:")
+        if not args.skip_single:
+            single_and_fair(spec, workdir / spec)
+        for rate in (float(r) for r in args.rates.split(",")):
+            aggregate(spec, rate, workdir / spec, args.transport)
+
+
+if __name__ == "__main__":
+    main()
