@@ -1,1 +1,8 @@
-"""Experiments: one module per experiment, a root-only run and a root-free plot."""
+"""Experiments: one module per question, ``run`` (root) and ``plot`` (no root).
+
+``EXPERIMENTS`` maps a name to its module; modules are imported on use.
+"""
+
+EXPERIMENTS = {
+    "collisions": "experiments.collisions",
+}

@@ -154,6 +154,73 @@ def _print_csv(rows: list[dict]) -> None:
         writer.writerow({k: ("/".join(v) if isinstance(v, list) else v) for k, v in row.items()})
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run an experiment into a new directory, then draw its figures."""
+    import importlib
+    from pathlib import Path
+
+    from experiments import EXPERIMENTS
+    from experiments.common import RunContext
+    from fabric import results
+
+    if args.topo:
+        _build_graph(args.topo)  # a bad spec fails here, before anything changes
+    run_dir = results.new_run_dir(Path(args.out))
+    module = importlib.import_module(EXPERIMENTS[args.name])
+    ctx = RunContext(run_dir, quick=args.quick, seeds=args.seeds, topo=args.topo,
+                     host_mbps=args.host_mbps)
+    outcome = module.run(ctx)
+    results.write_manifest(run_dir, args.name, {**outcome["parameters"], "quick": args.quick,
+                                                "started": ctx.started},
+                           outcome["seeds"], outcome["fidelity"])
+    figures = module.plot(run_dir)
+    print(format_table(args.name, outcome))
+    print(f"results: {run_dir}  (figures: {', '.join(p.name for p in figures if p.suffix == '.png')})")
+    return 0 if outcome["fidelity"]["valid"] else 1
+
+
+def format_table(name: str, outcome: dict) -> str:
+    """The experiment's headline table as aligned text, theory notes and validity."""
+    table = outcome["table"]
+    if not table:
+        return f"{name}: no rows"
+    columns = list(table[0])
+    cells = [[_cell(row.get(c)) for c in columns] for row in table]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    lines += outcome.get("notes", [])
+    fid = outcome["fidelity"]
+    failed = [c["name"] for c in fid["checks"] if not c["ok"]]
+    lines.append(f"fidelity: {'valid' if fid['valid'] else 'INVALID (' + ', '.join(failed) + ')'}"
+                 f" over {fid['runs']} runs")
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "-" if value is None else str(value)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Redraw an experiment's figures from its run directory (no root)."""
+    import importlib
+    from pathlib import Path
+
+    from experiments import EXPERIMENTS
+    from fabric import results
+
+    run_dir = Path(args.dir)
+    try:
+        name = results.read_json(run_dir / "summary.json")["experiment"]
+    except (OSError, ValueError, KeyError):
+        raise results.ResultsError(f"{run_dir} has no readable summary.json") from None
+    figures = importlib.import_module(EXPERIMENTS[name]).plot(run_dir)
+    print("\n".join(str(p) for p in figures))
+    return 0
+
+
 def cmd_controller(args: argparse.Namespace) -> int:
     """Run a controller in the foreground (delegates to the launcher)."""
     from controllers.launcher import main as launcher_main
@@ -244,6 +311,22 @@ def build_parser() -> argparse.ArgumentParser:
     _emulation_args(traffic)
     traffic.set_defaults(func=cmd_traffic)
 
+    from experiments import EXPERIMENTS
+
+    run = sub.add_parser("run", help="run an experiment into a new directory (root)")
+    run.add_argument("name", choices=sorted(EXPERIMENTS))
+    run.add_argument("--quick", action="store_true", help="the short variant (< 2 min)")
+    run.add_argument("--seeds", type=int, default=None, help="number of seeds")
+    run.add_argument("--topo", default=None, help="topology spec (default: the experiment's)")
+    run.add_argument("--host-mbps", type=float, default=None,
+                     help="emulated host link rate (default: what the fabric sustains)")
+    run.add_argument("--out", required=True, help="new directory for data, manifest, figures")
+    run.set_defaults(func=cmd_run)
+
+    plot = sub.add_parser("plot", help="draw an experiment's figures from its directory")
+    plot.add_argument("dir")
+    plot.set_defaults(func=cmd_plot)
+
     ctl = sub.add_parser("controller", help="run a routing policy app in the foreground",
                          add_help=False)
     ctl.add_argument("rest", nargs=argparse.REMAINDER)
@@ -261,12 +344,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     from fabric.lanes import LaneConfigError
+    from fabric.results import ResultsError
     from fabric.traffic.model import ScheduleError
     from fabric.traffic.runner import TrafficError
 
     expected: tuple[type[BaseException], ...] = (
         TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError,
-        LaneConfigError, ScheduleError, TrafficError)
+        LaneConfigError, ScheduleError, TrafficError, ResultsError)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
     func: Callable[[argparse.Namespace], int] = args.func

@@ -1,0 +1,51 @@
+"""One paper style for every figure: readable fonts, labelled axes, safe colours.
+
+Colours are the Okabe-Ito palette, distinguishable with the common forms of
+colour blindness. Figures are saved as PNG (300 dpi) and PDF side by side.
+A figure of an invalid run (a failed fidelity check) carries that label.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+             "#000000"]
+POLICY_COLOURS = {"ecmp": OKABE_ITO[3], "spray": OKABE_ITO[0], "adaptive": OKABE_ITO[2]}
+RC = {
+    "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 8,
+    "xtick.labelsize": 8, "ytick.labelsize": 8, "figure.dpi": 150, "savefig.dpi": 300,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.alpha": 0.3, "lines.linewidth": 1.5, "pdf.fonttype": 42, "ps.fonttype": 42,
+    "savefig.bbox": "tight",
+}
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot with the headless backend and the paper style applied."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(RC)
+    plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=OKABE_ITO)
+    return plt
+
+
+def colour(name: str, index: int = 0) -> str:
+    """The colour of a policy (fixed across figures) or the index-th palette colour."""
+    return POLICY_COLOURS.get(name, OKABE_ITO[index % len(OKABE_ITO)])
+
+
+def save(fig: Any, run_dir: Path, name: str, valid: bool = True) -> list[Path]:
+    """Save ``fig`` as ``name.png`` and ``name.pdf``; mark invalid runs."""
+    if not valid:
+        fig.text(0.5, 0.99, "INVALID RUN: a fidelity check failed (see summary.json)",
+                 ha="center", va="top", color="#D55E00", fontsize=8, weight="bold")
+    paths = [run_dir / f"{name}.png", run_dir / f"{name}.pdf"]
+    for path in paths:
+        fig.savefig(path)
+    pyplot().close(fig)
+    return paths

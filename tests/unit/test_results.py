@@ -1,0 +1,101 @@
+"""Run directories, manifests, summaries and the experiment figures (no root)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments import collisions
+from fabric import results
+from fabric.cli import format_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_new_run_dir_refuses_to_overwrite(tmp_path):
+    run = results.new_run_dir(tmp_path / "run")
+    (run / "runs.csv").write_text("x\n")
+    with pytest.raises(results.ResultsError, match="already holds results"):
+        results.new_run_dir(run)
+
+
+def test_merge_fidelity_is_invalid_when_any_run_failed():
+    ok = {"valid": True, "checks": [{"name": "a", "value": 0.5, "threshold": 1.0, "ok": True}]}
+    bad = {"valid": False, "checks": [{"name": "a", "value": 2.0, "threshold": 1.0, "ok": False}]}
+    merged = results.merge_fidelity([ok, bad, ok])
+    assert merged["valid"] is False and merged["runs"] == 3
+    (check,) = merged["checks"]
+    assert check == {"name": "a", "failed_runs": 1, "threshold": 1.0, "min": 0.5, "max": 2.0,
+                     "ok": False}
+    assert results.merge_fidelity([ok])["valid"] is True
+    assert results.merge_fidelity([])["valid"] is False
+
+
+def test_manifest_and_summary_carry_what_a_paper_needs(tmp_path):
+    fid = results.merge_fidelity([{"valid": True, "checks": []}])
+    manifest = json.loads(results.write_manifest(tmp_path, "collisions", {"quick": True},
+                                                 [0, 1], fid).read_text())
+    assert {"command", "parameters", "seeds", "versions", "git_commit", "fidelity"} <= set(manifest)
+    assert manifest["seeds"] == [0, 1] and "python" in manifest["versions"]
+    summary = json.loads(results.write_summary(tmp_path, "collisions", [{"a": 1}], fid,
+                                               {"question": "q"}).read_text())
+    assert summary["experiment"] == "collisions" and summary["valid"] is True
+    assert summary["table"] == [{"a": 1}] and summary["question"] == "q"
+
+
+def _fake_collisions_run(run_dir: Path, valid: bool) -> None:
+    rows, flows, links = [], [], []
+    for policy, value in (("ecmp", 0.6), ("spray", 0.9), ("adaptive", 0.85)):
+        for seed in (0, 1):
+            rows.append({"topology": "rail-clos", "policy": policy, "pattern": "stride",
+                         "seed": seed, "norm_throughput": value + seed / 100,
+                         "collisions": 3 if policy == "ecmp" else None,
+                         "max_flows_per_link": 2 if policy == "ecmp" else None})
+            flows += [{"policy": policy, "fct_s": 1.0 + i / 10} for i in range(5)]
+            links += [{"policy": policy, "pattern": "stride", "seed": seed,
+                       "link": f"r0l0>sp{i}", "share": 0.25} for i in range(4)]
+    results.write_csv(run_dir / "runs.csv", rows)
+    results.write_csv(run_dir / "flows.csv", flows)
+    results.write_csv(run_dir / "uplinks.csv", links)
+    results.write_summary(run_dir, "collisions", collisions._table(rows),
+                          {"valid": valid, "runs": 6, "checks": []},
+                          {"balls_into_bins_expectation": 0.684})
+
+
+def test_collisions_figures_are_drawn_from_the_csvs_without_root(tmp_path):
+    _fake_collisions_run(tmp_path, valid=False)
+    proc = subprocess.run([sys.executable, "-m", "fabric.cli", "plot", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("throughput", "uplink_load", "fct_cdf"):
+        for suffix in (".png", ".pdf"):
+            assert (tmp_path / f"{name}{suffix}").stat().st_size > 1000
+
+
+def test_collisions_table_aggregates_seeds():
+    rows = [{"topology": "t", "policy": "ecmp", "pattern": "stride", "seed": s,
+             "norm_throughput": v, "collisions": c, "max_flows_per_link": m}
+            for s, v, c, m in ((0, 0.5, 2, 2), (1, 0.7, 4, 3))]
+    (row,) = collisions._table(rows)
+    assert row["seeds"] == 2 and row["norm_throughput"] == pytest.approx(0.6)
+    assert row["norm_throughput_min"] == 0.5 and row["max_flows_per_link"] == 3
+    assert row["collisions"] == 3.0
+
+
+def test_format_table_labels_invalid_runs():
+    text = format_table("collisions", {"table": [{"policy": "ecmp", "x": 0.5}],
+                                       "notes": ["theory 0.684"],
+                                       "fidelity": {"valid": False, "runs": 2, "checks": [
+                                           {"name": "ovs_input_delay_ms", "ok": False}]}})
+    assert "theory 0.684" in text and "INVALID (ovs_input_delay_ms)" in text
+
+
+def test_plot_of_a_directory_without_summary_fails_with_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fabric.cli", "plot", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "summary.json" in proc.stderr
+    assert "Traceback" not in proc.stderr
