@@ -41,7 +41,7 @@ class CcConfig:
 
     init_cwnd: float = 16.0
     max_cwnd: float = 512.0
-    min_rto_s: float = 0.02
+    min_rto_s: float = 0.2  # as TCP: queues here reach hundreds of ms at low rates
     max_rto_s: float = 1.0
     init_rto_s: float = 0.2
     rtt_factor: float = 1.25      # loss threshold = srtt * factor + reordering allowance
@@ -90,6 +90,7 @@ class SendQP:
         self.inflight = 0
         self.cwnd = float(cc.init_cwnd)
         self.srtt: float | None = None
+        self.latest_rtt = 0.0
         self.rttvar = 0.0
         self.rto = cc.init_rto_s
         self.backoff = 1
@@ -216,6 +217,7 @@ class SendQP:
         return newly
 
     def _rtt_sample(self, rtt: float) -> None:
+        self.latest_rtt = rtt
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
@@ -228,8 +230,11 @@ class SendQP:
         """Age after which a packet overtaken by a delivered one is lost."""
         if self.srtt is None:
             return None
-        allowance = self.reorder_mult * max(self.cc.min_reorder_s, self.srtt / 4)
-        return self.srtt * self.cc.rtt_factor + allowance
+        # RACK uses the latest RTT: when queues build, the smoothed RTT lags
+        # behind and would declare merely delayed packets lost.
+        rtt = max(self.srtt, self.latest_rtt)
+        allowance = self.reorder_mult * max(self.cc.min_reorder_s, rtt / 4)
+        return rtt * self.cc.rtt_factor + allowance
 
     def _head(self) -> tuple[int, int] | None:
         """Oldest transmission still in flight as (psn, tx); drops stale entries."""
