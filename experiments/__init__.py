@@ -5,4 +5,8 @@
 
 EXPERIMENTS = {
     "collisions": "experiments.collisions",
+    "incast": "experiments.incast",
+    "isolation": "experiments.isolation",
+    "zones": "experiments.zones",
+    "placement": "experiments.placement",
 }

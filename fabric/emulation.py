@@ -46,6 +46,8 @@ RUN_SYSCTLS = {
 # Inside each host: no IPv6; offloads off or TCP stalls over userspace OVS.
 HOST_SETUP_SCRIPT = r"""
 sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+# TCP ACKs carry the DSCP of the data they acknowledge (so they stay in its lane)
+sysctl -qw net.ipv4.tcp_reflect_tos=1 2>/dev/null || true
 ip -batch "$1"
 tc -batch "$2"
 shift 2

@@ -217,9 +217,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def _spans_by_id(results: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float, float | None]]:
-    """Transfer id -> (earliest start, latest end or None if any row is unfinished)."""
+    """Transfer id -> (earliest start, latest end or None if any row is unfinished).
+
+    A transfer that never started has no span.
+    """
     spans: dict[str, tuple[float, float | None]] = {}
     for row in results:
+        if row["start"] is None:
+            continue
         start, end = float(row["start"]), row["end"]
         if row["id"] not in spans:
             spans[row["id"]] = (start, None if end is None else float(end))

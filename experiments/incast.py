@@ -1,0 +1,398 @@
+"""Incast (Fire-Flyer 3FS, Meta storage): when does a striped read collapse, and do a
+small minimum RTO or request admission get the goodput back?
+
+One client reads blocks striped over ``senders`` storage servers (one stripe
+each per round; a round starts when the previous one is complete). Sweeps:
+the fan-in ``senders``, the egress buffer ``buffer_pkts`` (set at bring-up:
+one fabric per buffer size), the per-route minimum RTO ``rto_min_ms`` (200,
+the Linux default, vs 10; set on every endpoint before each run) and
+``admission`` (none vs at most W=4 stripes outstanding at the client, as
+3FS's request-to-send). Each seed changes the source ports (the ECMP paths).
+
+The stripe scales with the emulated link rate (DESIGN.md section 3):
+``64 KiB * host_mbps / 100`` (at least one segment), so a round lasts as
+long, in seconds, as a 64 KiB stripe at 100 Mbit/s.
+
+Published anchor (DESIGN.md, 64 KB blocks, 32-packet buffer, 200 ms RTO,
+100 Mbit/s): 92 -> 42 -> 44 -> 21 -> 25 -> 29 Mbit/s at 1/2/4/8/12/16
+senders; a per-route rto_min of 1 ms (the kernel's ~8 ms floor) recovered 8
+senders to 83 Mbit/s.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import networkx as nx
+
+import topologies
+from experiments.common import Progress, RunContext, fidelity_of, idle_check, traffic_run
+from fabric import capacity, fidelity, plotstyle, results
+from fabric import graph as fg
+from fabric.emulation import Emulation, EmulationOptions
+from fabric.traffic import metrics
+from fabric.traffic.model import Transfer, TransportSpec
+from fabric.traffic.patterns import PatternSpec, make_transfers
+from fabric.traffic.report import metric_rows, summarize
+from fabric.traffic.runner import set_rto_min
+from fabric.traffic.storage import incast_rounds
+
+NAME = "incast"
+QUESTION = ("When does a striped read collapse under incast, and do a small minimum RTO or "
+            "request admission recover it?")
+DEFAULT_TOPO = "leaf-spine,leaves=5,hosts_per_leaf=4"  # 20 hosts: 16 senders + client fit
+BASE_STRIPE_BYTES = 64 * 1024  # at 100 Mbit/s (DESIGN.md's measurement)
+MIN_STRIPE_BYTES = 1448  # one full TCP segment
+DEFAULT_RTO_MS = 200  # Linux's TCP_RTO_MIN
+SEGMENT_BYTES = 1448
+INITIAL_WINDOW = 10  # segments a new (or idle-restarted) TCP connection sends at once
+IDLE_BYTES = 1_000_000  # what the runner's idle-path check sends
+
+# Time budget model: ~3 s bring-up, ~2.5 s runner overhead per traffic run, ~2.5 s
+# teardown (DESIGN.md section 3; not re-measured for these fabrics).
+BRINGUP_S = 3.0
+TEARDOWN_S = 2.5
+RUN_OVERHEAD_S = 2.5  # agents' start lead, monitors, reports
+RTO_SET_S = 0.2  # ip route change on every endpoint
+RTT_S = 0.005  # request + first byte, per round
+QUICK_BUDGET_S = 120.0
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The parameter grid of one mode."""
+
+    senders: tuple[int, ...]
+    buffers: tuple[int, ...]
+    rtos: tuple[int, ...]
+    admissions: tuple[int | None, ...]
+    rounds: int
+
+
+QUICK = Grid(senders=(1, 4, 8, 16), buffers=(32,), rtos=(200, 10), admissions=(None, 4),
+             rounds=5)
+FULL = Grid(senders=(1, 2, 4, 8, 12, 16), buffers=(16, 32, 64), rtos=(200, 10),
+            admissions=(None, 4), rounds=20)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One traffic run."""
+
+    senders: int
+    buffer_pkts: int
+    rto_min_ms: int
+    admission: int | None
+    seed: int
+
+
+def expected_host_mbps(graph: nx.Graph, host_mbps: float | None) -> float:
+    """The host rate a bring-up will use: the requested one or the automatic one."""
+    return host_mbps if host_mbps else capacity.auto_host_mbps(graph, "user")
+
+
+def run_configs(grid: Grid, seeds: Sequence[int]) -> list[RunConfig]:
+    """Every run of ``grid``, grouped by buffer (one bring-up each), then RTO."""
+    return [RunConfig(s, b, rto, adm, seed) for b in grid.buffers for rto in grid.rtos
+            for adm in grid.admissions for s in grid.senders for seed in seeds]
+
+
+def stripe_bytes(host_mbps: float) -> int:
+    """Bytes per stripe: 64 KiB at 100 Mbit/s, scaled with the link rate (>= 1 segment)."""
+    if not host_mbps > 0:
+        raise ValueError(f"host_mbps must be > 0, got {host_mbps}")
+    return max(MIN_STRIPE_BYTES, int(BASE_STRIPE_BYTES * host_mbps / 100))
+
+
+def burst_pkts(senders: int, stripe: int) -> int:
+    """Packets that reach the client's link at once when a round starts.
+
+    Each sender's first flight is its stripe or its initial window, whichever
+    is smaller; overflow (and collapse with a 200 ms RTO) is expected once
+    this exceeds the buffer.
+    """
+    return senders * min(math.ceil(stripe / SEGMENT_BYTES), INITIAL_WINDOW)
+
+
+def pattern_spec(senders: int, stripe: int, rounds: int, admission: int | None) -> PatternSpec:
+    """The striped read of one run: a block of ``stripe * senders`` bytes per round."""
+    return PatternSpec("striped-read", size_bytes=stripe * senders, clients=1,
+                       servers=senders, rounds=rounds, admission=admission)
+
+
+def incast_transfers(graph: nx.Graph, spec: PatternSpec) -> tuple[list[Transfer], str, list[str]]:
+    """The striped-read schedule of one run: (transfers, client, servers).
+
+    The same schedule as ``fabric traffic --pattern striped-read`` (storage
+    class, DSCP 10): the client is the first compute endpoint and the
+    servers are taken from the far end of the fabric.
+    """
+    transfers, participants = make_transfers(graph, spec)
+    return transfers, participants[0], participants[1:]
+
+
+def estimate_s(configs: Sequence[RunConfig], host_mbps: float, rounds: int) -> float:
+    """Pessimistic estimate of a run's wall time: bring-ups, idle checks, traffic runs.
+
+    Each run pays the runner's overhead, setting the RTO, and per round the
+    block at line rate plus a round trip plus (pessimistically) one minimum
+    RTO whenever more than one sender takes part.
+    """
+    stripe = stripe_bytes(host_mbps)
+    bringups = len({c.buffer_pkts for c in configs})
+    total = bringups * (BRINGUP_S + TEARDOWN_S + RUN_OVERHEAD_S
+                        + IDLE_BYTES * 8 / (host_mbps * 1e6))
+    for c in configs:
+        block_s = stripe * c.senders * 8 / (host_mbps * 1e6)
+        rto_s = c.rto_min_ms / 1e3 if c.senders > 1 else 0.0
+        total += RUN_OVERHEAD_S + RTO_SET_S + rounds * (block_s + RTT_S + rto_s)
+    return total
+
+
+def completion_check(result: Any) -> fidelity.Check:
+    """A failed transfer or agent makes the run invalid (never swallowed)."""
+    rows = result.transfer_rows()
+    done = sum(1 for r in rows if r["fct_s"] is not None)
+    ok = done == len(rows) and not result.errors
+    return fidelity.Check("transfers_complete", round(done / len(rows), 4) if rows else 0.0,
+                          1.0, ok, "; ".join(result.errors[:3]) or f"{done}/{len(rows)} done")
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def measure(cfg: RunConfig, spec: PatternSpec, result: Any, client: str, servers: list[str],
+            host_mbps: float, report: dict[str, Any]) -> tuple[dict, list[dict]]:
+    """The runs.csv row and the rounds.csv rows of one traffic run.
+
+    Headline figures come from :func:`fabric.traffic.report.summarize`:
+    ``goodput_frac`` is the mean per-round goodput (block bits over the
+    round's duration) over the host rate. It is None, and the row invalid,
+    when any transfer did not complete (a failed run is never averaged away);
+    its rounds that did complete keep their durations in rounds.csv.
+    """
+    complete = bool(result.complete and not result.errors)
+    # summarize needs every transfer started: only a complete run is summarised
+    summary = summarize(result, spec, [client, *servers], host_mbps) if complete else {}
+    started = [r for r in metric_rows(result) if r["start"] is not None]
+    times = metrics.round_times(started, incast_rounds(result.plan.transfers), spec.size_bytes)
+    counters = {"TCPTimeouts": 0, "RetransSegs": 0}
+    for agent in result.agents.values():
+        for key in counters:
+            counters[key] += int(agent.get("netstat", {}).get(key, 0))
+    stripe = spec.size_bytes // cfg.senders
+    keys = {"senders": cfg.senders, "buffer_pkts": cfg.buffer_pkts,
+            "rto_min_ms": cfg.rto_min_ms, "admission": cfg.admission or 0, "seed": cfg.seed}
+    row = {**keys, "host_mbps": host_mbps, "stripe_bytes": stripe,
+           "burst_pkts": burst_pkts(cfg.senders, stripe), "rounds": spec.rounds,
+           "goodput_frac": _rounded(summary.get("goodput_frac"), 4),
+           "round_p50_ms": _rounded(summary.get("round_p50_ms"), 3),
+           "round_p99_ms": _rounded(summary.get("round_p99_ms"), 3),
+           "timeouts": counters["TCPTimeouts"], "retransmits": counters["RetransSegs"],
+           "drops": int(result.ingress_drops.get(client, 0)),
+           "complete": complete, "valid": bool(report["valid"] and complete)}
+    round_rows = [{**keys, "round": k,
+                   "duration_ms": _rounded(t.duration_s * 1e3, 3) if t.duration_s else None,
+                   "goodput_frac": (round(t.goodput_mbps / host_mbps, 4)
+                                    if t.goodput_mbps else None)}
+                  for k, t in times.items()]
+    return row, round_rows
+
+
+def run(ctx: RunContext) -> dict[str, Any]:
+    """Run every buffer x RTO x admission x senders x seed; write CSVs and the summary."""
+    topo = ctx.topo or DEFAULT_TOPO
+    graph = topologies.build(topo)
+    seeds = ctx.seed_list(quick_default=1, full_default=3)
+    grid = QUICK if ctx.quick else FULL
+    configs = run_configs(grid, seeds)
+    endpoints = fg.endpoints(graph)
+    transport = TransportSpec("tcp")
+    estimate = estimate_s(configs, expected_host_mbps(graph, ctx.host_mbps), grid.rounds)
+    progress = Progress(len(configs), NAME)
+    print(f"[{NAME}] {len(grid.buffers)} bring-ups, {len(configs)} runs, estimated "
+          f"~{estimate:.0f} s", file=sys.stderr, flush=True)
+    rows, round_rows, reports, rates = [], [], [], set()
+    for buffer_pkts in grid.buffers:
+        options = EmulationOptions(host_mbps=ctx.host_mbps, queue_pkts=buffer_pkts)
+        with Emulation(graph, options) as emu:
+            host_mbps = emu.report.rate_plan.host_mbps
+            rates.add(host_mbps)
+            stripe = stripe_bytes(host_mbps)
+            idle = idle_check(emu, transport, ctx.run_dir / "work" / f"q{buffer_pkts}-idle")
+            for cfg in (c for c in configs if c.buffer_pkts == buffer_pkts):
+                progress.step(f"buffer {buffer_pkts} rto {cfg.rto_min_ms} ms admission "
+                              f"{cfg.admission or '-'} senders {cfg.senders} seed {cfg.seed}")
+                # Every endpoint, every run: 200 is set back explicitly, nothing is stale.
+                set_rto_min(emu, endpoints, cfg.rto_min_ms)
+                spec = pattern_spec(cfg.senders, stripe, grid.rounds, cfg.admission)
+                transfers, client, servers = incast_transfers(graph, spec)
+                workdir = (ctx.run_dir / "work" / f"q{buffer_pkts}-rto{cfg.rto_min_ms}-"
+                           f"w{cfg.admission or 0}-n{cfg.senders}-{cfg.seed}")
+                result = traffic_run(emu, transfers, transport, workdir, cfg.seed,
+                                     deadline_s=30.0 if ctx.quick else 60.0)
+                report = fidelity_of(result, [idle, completion_check(result)])
+                reports.append(report)
+                row, rounds = measure(cfg, spec, result, client, servers, host_mbps, report)
+                rows.append(row)
+                round_rows += rounds
+            set_rto_min(emu, endpoints, DEFAULT_RTO_MS)
+    results.write_csv(ctx.run_dir / "runs.csv", rows)
+    results.write_csv(ctx.run_dir / "rounds.csv", round_rows)
+    fid = results.merge_fidelity(reports)
+    table = _table(rows)
+    host_mbps = min(rates)
+    stripe = stripe_bytes(host_mbps)
+    notes = _notes(host_mbps, stripe, grid)
+    results.write_summary(ctx.run_dir, NAME, table, fid,
+                          {"question": QUESTION, "topology": topo, "host_mbps": host_mbps,
+                           "stripe_bytes": stripe, "rounds": grid.rounds,
+                           "anchors": {
+                               "rto_200ms_mbps_at_100": {"1": 92, "2": 42, "4": 44, "8": 21,
+                                                         "12": 25, "16": 29},
+                               "rto_min_1ms_8_senders_mbps_at_100": 83,
+                               "source": "DESIGN.md section 3, 64 KB blocks, 32-packet "
+                                         "buffer, 100 Mbit/s"},
+                           "notes": notes})
+    return {"table": table, "fidelity": fid, "seeds": seeds,
+            "parameters": {"topology": topo, "senders": grid.senders,
+                           "buffers_pkts": grid.buffers, "rto_min_ms": grid.rtos,
+                           "admission": [a or 0 for a in grid.admissions],
+                           "rounds": grid.rounds, "transport": "tcp",
+                           "host_mbps": ctx.host_mbps or "auto", "stripe_bytes": stripe,
+                           "estimated_s": round(estimate, 1)},
+            "notes": notes}
+
+
+def _notes(host_mbps: float, stripe: int, grid: Grid) -> list[str]:
+    pkts = math.ceil(stripe / SEGMENT_BYTES)
+    first = min(grid.buffers)
+    collapse = next((n for n in range(1, 65) if burst_pkts(n, stripe) > first), None)
+    where = f"from {collapse} senders on" if collapse else "at no fan-in up to 64"
+    return [
+        f"stripe {stripe} B ({pkts} segments) at {host_mbps:g} Mbit/s; a round's first flight "
+        f"is senders x min(stripe, initial window {INITIAL_WINDOW}) segments: it overflows a "
+        f"{first}-packet buffer {where}, where a 200 ms RTO should collapse goodput (a lost "
+        f"tail costs a whole RTO); rto_min 10 ms or admission W=4 should recover it",
+        "anchor (DESIGN.md, 100 Mbit/s, 32-packet buffer, 200 ms RTO): 92 -> 42 -> 44 -> 21 "
+        "-> 25 -> 29 Mbit/s at 1/2/4/8/12/16 senders; rto_min 1 ms (rounded up to the "
+        "kernel's ~8 ms floor at HZ=250) recovered 8 senders to 83 Mbit/s",
+    ]
+
+
+def _mean(values: list[Any], digits: int = 4) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.fmean(values), digits) if values else None
+
+
+def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (senders, buffer, rto, admission): means over seeds.
+
+    ``goodput_frac`` averages the seeds that completed; ``valid`` is true
+    only when every seed's run was valid.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["buffer_pkts"], row["rto_min_ms"], row["admission"], row["senders"])
+        groups.setdefault(key, []).append(row)
+    table = []
+    for (buffer_pkts, rto, admission, senders), group in sorted(
+            groups.items(), key=lambda item: (item[0][0], -item[0][1], item[0][2], item[0][3])):
+        table.append({"senders": senders, "buffer_pkts": buffer_pkts, "rto_min_ms": rto,
+                      "admission": admission, "seeds": len(group),
+                      "goodput_frac": _mean([r["goodput_frac"] for r in group]),
+                      "round_p50_ms": _mean([r["round_p50_ms"] for r in group], 2),
+                      "round_p99_ms": _mean([r["round_p99_ms"] for r in group], 2),
+                      "timeouts": _mean([r["timeouts"] for r in group], 2),
+                      "retransmits": _mean([r["retransmits"] for r in group], 2),
+                      "drops": _mean([r["drops"] for r in group], 2),
+                      "valid": all(_truthy(r["valid"]) for r in group)})
+    return table
+
+
+# --- figures (no root: read the run directory only) ---------------------------
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+def _num(value: Any) -> float | None:
+    return None if value in (None, "") else float(value)
+
+
+def _variants(runs: list[dict]) -> list[tuple[int, int]]:
+    return sorted({(int(r["rto_min_ms"]), int(r["admission"])) for r in runs},
+                  key=lambda v: (-v[0], v[1]))
+
+
+def _style(variants: list[tuple[int, int]], variant: tuple[int, int]) -> dict[str, Any]:
+    rtos = sorted({v[0] for v in variants}, reverse=True)
+    rto, admission = variant
+    return {"color": plotstyle.colour("", rtos.index(rto) * 2 + (1 if admission else 0)),
+            "ls": "--" if admission else "-", "marker": "o" if admission else "s",
+            "label": f"rto_min {rto} ms, " + (f"admission W={admission}" if admission
+                                                else "no admission")}
+
+
+def _by_senders(runs: list[dict], buffer_pkts: int, variant: tuple[int, int],
+                field: str) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Senders and the mean, min and max of ``field`` over seeds (missing values skipped)."""
+    values: dict[int, list[float]] = {}
+    for r in runs:
+        if (int(r["buffer_pkts"]) == buffer_pkts
+                and (int(r["rto_min_ms"]), int(r["admission"])) == variant):
+            v = _num(r[field])
+            if v is not None:
+                values.setdefault(int(r["senders"]), []).append(v)
+    xs = sorted(values)
+    return (xs, [statistics.fmean(values[x]) for x in xs], [min(values[x]) for x in xs],
+            [max(values[x]) for x in xs])
+
+
+def _sweep_figure(plt: Any, runs: list[dict], field: str, ylabel: str,
+                  log: bool = False) -> tuple[Any, Any]:
+    buffers = sorted({int(r["buffer_pkts"]) for r in runs})
+    variants = _variants(runs)
+    fig, axes = plt.subplots(1, len(buffers), figsize=(3.3 * len(buffers), 2.6),
+                             squeeze=False, sharey=True)
+    for ax, buffer_pkts in zip(axes[0], buffers):
+        for variant in variants:
+            xs, mean, lo, hi = _by_senders(runs, buffer_pkts, variant, field)
+            if not xs:
+                continue
+            ax.errorbar(xs, mean, yerr=[[m - a for m, a in zip(mean, lo)],
+                                        [b - m for m, b in zip(mean, hi)]],
+                        capsize=2, ms=3, **_style(variants, variant))
+        ax.set_xticks(sorted({int(r["senders"]) for r in runs}))
+        ax.set_xlabel("senders (fan-in)")
+        ax.set_title(f"buffer {buffer_pkts} packets")
+        if log:
+            ax.set_yscale("symlog" if field == "timeouts" else "log")
+    axes[0][0].set_ylabel(ylabel)
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(loc="best", fontsize=6)
+    return fig, axes
+
+
+def plot(run_dir: Path) -> list[Path]:
+    """Goodput collapse curve, p99 round time and TCP timeouts vs senders."""
+    plt = plotstyle.pyplot()
+    summary = results.read_json(run_dir / "summary.json")
+    valid = summary["valid"]
+    runs = results.read_csv(run_dir / "runs.csv")
+    written = []
+    fig, axes = _sweep_figure(plt, runs, "goodput_frac", "goodput / line rate")
+    for ax in axes[0]:
+        ax.set_ylim(0, 1.05)
+    written += plotstyle.save(fig, run_dir, "goodput", valid)
+    fig, _ = _sweep_figure(plt, runs, "round_p99_ms", "p99 round time (ms)", log=True)
+    written += plotstyle.save(fig, run_dir, "round_p99", valid)
+    fig, _ = _sweep_figure(plt, runs, "timeouts", "TCP timeouts per run", log=True)
+    written += plotstyle.save(fig, run_dir, "timeouts", valid)
+    return written

@@ -1,0 +1,391 @@
+"""Isolation (Fire-Flyer SL/VL): does a separate virtual lane keep a collective at its
+baseline speed while storage bursts share its links?
+
+Each iteration is one traffic run of a ring all-reduce over 8 ranks (rail
+placement) in the collective class (DSCP 26). In the storage iterations the
+same plan also holds storage traffic in the storage class (DSCP 10), started
+with the ring: a striped read whose client is a ring rank (the stripes
+converge on the link that also brings the rank its ring predecessor's data)
+and a checkpoint write from a ring rank on the other leaf (sharing the link
+it sends its ring successor's data on), with servers on the hosts outside
+the ring, so storage crosses the ring's leaves. Baseline iterations run the
+ring alone, in the same bring-up. Lanes: ``shared`` (one FIFO lane for
+everything) vs ``separate`` (three lanes: collective 50 %, storage 30 %,
+default 20 % of every link, HTB with head-drop leaves).
+
+``collective_slowdown`` is an iteration's ring time over the median
+baseline ring time of the same bring-up.
+
+Published anchor (DESIGN.md section 3): with head-drop leaves the
+collective class held 59.7-59.9 of its 60 Mbit/s against competing traffic.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import networkx as nx
+
+import topologies
+from experiments.common import Progress, RunContext, fidelity_of, idle_check, traffic_run
+from fabric import capacity, fidelity, plotstyle, results
+from fabric import graph as fg
+from fabric.emulation import Emulation, EmulationOptions
+from fabric.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
+from fabric.traffic import collectives, metrics, storage
+from fabric.traffic.model import ScheduleError, Transfer, TransportSpec
+from fabric.traffic.placement import rank_hosts
+
+NAME = "isolation"
+QUESTION = ("Does a separate virtual lane keep a ring all-reduce at its baseline speed while "
+            "storage bursts share its links?")
+DEFAULT_TOPO = "rail-clos"
+LANES: dict[str, LaneConfig] = {"shared": SINGLE_LANE, "separate": THREE_LANES}
+PHASES = ("baseline", "storage")
+RING_RANKS = 8
+RING_S = 1.0  # a baseline iteration at line rate (busbw = host rate)
+STORAGE_S = 0.75  # each storage endpoint's bytes, in seconds of its link at line rate
+READ_ROUNDS = 4  # bursts of the striped read
+MAX_SERVERS = 4  # storage servers per operation
+RING_TAG, READ_TAG, WRITE_TAG = "ring", "read", "checkpoint"
+IDLE_BYTES = 1_000_000
+
+# Time budget model: as experiments.incast (DESIGN.md section 3, not re-measured).
+BRINGUP_S = 3.0
+TEARDOWN_S = 2.5
+RUN_OVERHEAD_S = 2.5
+STORAGE_SLOWDOWN_BUDGET = 2.5  # a storage iteration may take this many baselines
+QUICK_BUDGET_S = 120.0
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Iterations per phase and seed, and the default number of seeds."""
+
+    iterations: int
+    seeds: int
+
+
+QUICK = Mode(iterations=3, seeds=1)
+FULL = Mode(iterations=10, seeds=3)
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Who plays what in an iteration."""
+
+    ranks: tuple[str, ...]
+    read_client: str
+    read_servers: tuple[str, ...]
+    writer: str
+    write_targets: tuple[str, ...]
+
+    @property
+    def storage_endpoints_on_ring(self) -> int:
+        """Ring-side links storage loads: the read client's downlink, the writer's uplink."""
+        return 2
+
+
+def roles(graph: nx.Graph, ranks: int = RING_RANKS) -> Roles:
+    """Ring ranks (rail placement) and storage endpoints that share the ring's links.
+
+    The read client is rank 1 and the writer rank ``n/2 + 1`` (on rail-clos
+    they sit under the two leaves of the ring's rail); storage servers are
+    the fabric's storage nodes, then the compute hosts outside the ring,
+    split between the read and the write.
+
+    Raises
+    ------
+    ScheduleError
+        When the fabric has too few endpoints.
+    """
+    hosts = fg.nodes_with_role(graph, "host")
+    if len(hosts) < ranks + 2:
+        raise ScheduleError(f"{NAME} needs {ranks} ring ranks and 2 storage servers; the "
+                            f"fabric has {len(hosts)} compute endpoints")
+    ring = rank_hosts(graph, ranks, "rail")
+    others = fg.nodes_with_role(graph, "storage") + [h for h in rank_hosts(graph)
+                                                     if h not in ring]
+    half = max(1, min(MAX_SERVERS, len(others) // 2))
+    return Roles(tuple(ring), ring[1], tuple(others[:half]), ring[ranks // 2 + 1],
+                 tuple(others[half:half * 2]))
+
+
+def ring_bytes(host_mbps: float, ranks: int = RING_RANKS) -> int:
+    """nccl-tests size whose ring all-reduce takes ``RING_S`` at line rate."""
+    seconds_bytes = host_mbps * 1e6 / 8 * RING_S
+    return int(seconds_bytes / collectives.busbw_factor("ring_allreduce", ranks))
+
+
+def storage_bytes(host_mbps: float) -> int:
+    """Bytes each storage operation moves (``STORAGE_S`` of one link at line rate)."""
+    return int(host_mbps * 1e6 / 8 * STORAGE_S)
+
+
+def iteration_transfers(graph: nx.Graph, host_mbps: float, with_storage: bool,
+                        who: Roles | None = None) -> list[Transfer]:
+    """One iteration's plan: the ring all-reduce, plus the storage bursts if asked."""
+    who = who or roles(graph)
+    out = collectives.ring_allreduce(list(who.ranks), ring_bytes(host_mbps, len(who.ranks)),
+                                     dscp=DSCP_COLLECTIVE, tag=RING_TAG)
+    if with_storage:
+        nbytes = storage_bytes(host_mbps)
+        out += storage.striped_read(who.read_client, who.read_servers, nbytes // READ_ROUNDS,
+                                    READ_ROUNDS, dscp=DSCP_STORAGE, tag=READ_TAG)
+        out += storage.checkpoint_write([who.writer], who.write_targets, nbytes,
+                                        dscp=DSCP_STORAGE, tag=WRITE_TAG)
+    return out
+
+
+def run_count(mode: Mode, seeds: int) -> int:
+    """Traffic runs per bring-up (baseline and storage iterations)."""
+    return seeds * mode.iterations * len(PHASES)
+
+
+def estimate_s(mode: Mode, seeds: int, host_mbps: float) -> float:
+    """Pessimistic estimate of a run's wall time: bring-ups, idle checks, iterations."""
+    per_bringup = (BRINGUP_S + TEARDOWN_S + RUN_OVERHEAD_S + IDLE_BYTES * 8 / (host_mbps * 1e6)
+                   + seeds * mode.iterations * (2 * RUN_OVERHEAD_S
+                                                + RING_S * (1 + STORAGE_SLOWDOWN_BUDGET)))
+    return len(LANES) * per_bringup
+
+
+def completion_check(result: Any) -> fidelity.Check:
+    """A failed transfer or agent makes the run invalid (never swallowed)."""
+    rows = result.transfer_rows()
+    done = sum(1 for r in rows if r["fct_s"] is not None)
+    ok = done == len(rows) and not result.errors
+    return fidelity.Check("transfers_complete", round(done / len(rows), 4) if rows else 0.0,
+                          1.0, ok, "; ".join(result.errors[:3]) or f"{done}/{len(rows)} done")
+
+
+def _span(rows: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first send to the last byte received; None if any is missing."""
+    if not rows or any(r["fct_s"] is None for r in rows):
+        return None
+    return max(r["recv_end"] for r in rows) - min(r["send_start"] for r in rows)
+
+
+def measure_iteration(result: Any, host_mbps: float, storage_links: int) -> dict[str, Any]:
+    """Ring time (ms) and storage goodput of one iteration, by traffic class.
+
+    ``storage_goodput_frac``: storage bytes delivered x 8 over the storage
+    completion time (first send to last byte), over the host rate times the
+    ring-side links storage loads. Either is None when a transfer of its
+    class did not complete.
+    """
+    dscp = {t.id: t.dscp for t in result.plan.transfers}
+    rows = result.transfer_rows()
+    ring = [r for r in rows if dscp[r["id"]] == DSCP_COLLECTIVE]
+    stor = [r for r in rows if dscp[r["id"]] == DSCP_STORAGE]
+    ring_s = _span(ring)
+    stor_s = _span(stor)
+    stor_bytes = sum(r["bytes"] for r in stor)
+    goodput = (stor_bytes * 8 / stor_s / 1e6 / host_mbps / storage_links
+               if stor and stor_s else None)
+    return {"collective_ms": round(ring_s * 1e3, 2) if ring_s is not None else None,
+            "storage_goodput_frac": round(goodput, 4) if goodput is not None else None,
+            "storage_bytes": stor_bytes}
+
+
+def add_slowdowns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set ``collective_slowdown`` against the median baseline of the same lanes."""
+    for lanes in {r["lanes"] for r in rows}:
+        base = [r["collective_ms"] for r in rows if r["lanes"] == lanes
+                and r["phase"] == "baseline" and r["collective_ms"] is not None]
+        median = statistics.median(base) if base else None
+        for r in rows:
+            if r["lanes"] == lanes:
+                r["collective_slowdown"] = (round(r["collective_ms"] / median, 4)
+                                            if median and r["collective_ms"] is not None
+                                            else None)
+    return rows
+
+
+def run(ctx: RunContext) -> dict[str, Any]:
+    """Run baseline and storage iterations per lanes setting; write CSVs and the summary."""
+    topo = ctx.topo or DEFAULT_TOPO
+    graph = topologies.build(topo)
+    mode = QUICK if ctx.quick else FULL
+    seeds = ctx.seed_list(quick_default=QUICK.seeds, full_default=FULL.seeds)
+    who = roles(graph)
+    transport = TransportSpec("tcp")
+    expected = ctx.host_mbps or capacity.auto_host_mbps(graph, "user")
+    estimate = estimate_s(mode, len(seeds), expected)
+    progress = Progress(len(LANES) * run_count(mode, len(seeds)), NAME)
+    print(f"[{NAME}] {len(LANES)} bring-ups, {progress.total} runs, estimated "
+          f"~{estimate:.0f} s", file=sys.stderr, flush=True)
+    rows, flow_rows, reports, rates = [], [], [], set()
+    for lanes_name, lanes in LANES.items():
+        with Emulation(graph, EmulationOptions(host_mbps=ctx.host_mbps, lanes=lanes)) as emu:
+            host_mbps = emu.report.rate_plan.host_mbps
+            rates.add(host_mbps)
+            idle = idle_check(emu, transport, ctx.run_dir / "work" / f"{lanes_name}-idle")
+            for seed in seeds:
+                for iteration in range(mode.iterations):
+                    for phase in PHASES:  # interleaved: drift hits both alike
+                        progress.step(f"{lanes_name} lanes seed {seed} iteration {iteration} "
+                                      f"{phase}")
+                        transfers = iteration_transfers(graph, host_mbps, phase == "storage", who)
+                        workdir = (ctx.run_dir / "work" /
+                                   f"{lanes_name}-{seed}-{iteration}-{phase}")
+                        result = traffic_run(emu, transfers, transport, workdir, seed,
+                                             deadline_s=60.0)
+                        report = fidelity_of(result, [idle, completion_check(result)])
+                        reports.append(report)
+                        measured = measure_iteration(result, host_mbps,
+                                                     who.storage_endpoints_on_ring)
+                        rows.append({"lanes": lanes_name, "seed": seed, "iteration": iteration,
+                                     "phase": phase, "host_mbps": host_mbps,
+                                     "collective_ms": measured["collective_ms"],
+                                     "collective_slowdown": None,
+                                     "storage_goodput_frac": measured["storage_goodput_frac"],
+                                     "storage_bytes": measured["storage_bytes"],
+                                     "complete": bool(result.complete and not result.errors),
+                                     "valid": bool(report["valid"])})
+                        flow_rows += [{"lanes": lanes_name, "seed": seed,
+                                       "iteration": iteration, "phase": phase, "id": r["id"],
+                                       "src": r["src"], "dst": r["dst"], "bytes": r["bytes"],
+                                       "fct_s": r["fct_s"], "path": "/".join(r["path"] or [])}
+                                      for r in result.transfer_rows()]
+    add_slowdowns(rows)
+    results.write_csv(ctx.run_dir / "runs.csv", rows)
+    results.write_csv(ctx.run_dir / "flows.csv", flow_rows)
+    fid = results.merge_fidelity(reports)
+    table = _table(rows)
+    host_mbps = min(rates)
+    notes = _notes(who, host_mbps)
+    results.write_summary(ctx.run_dir, NAME, table, fid,
+                          {"question": QUESTION, "topology": topo, "host_mbps": host_mbps,
+                           "roles": {"ranks": list(who.ranks), "read_client": who.read_client,
+                                     "read_servers": list(who.read_servers),
+                                     "writer": who.writer,
+                                     "write_targets": list(who.write_targets)},
+                           "anchors": {"separate": "collective class held 59.7-59.9 of its "
+                                                   "60 Mbit/s with head-drop leaves "
+                                                   "(DESIGN.md section 3)"},
+                           "notes": notes})
+    return {"table": table, "fidelity": fid, "seeds": seeds,
+            "parameters": {"topology": topo, "lanes": list(LANES), "ranks": RING_RANKS,
+                           "iterations": mode.iterations, "transport": "tcp",
+                           "ring_bytes": ring_bytes(host_mbps), "storage_bytes":
+                           storage_bytes(host_mbps), "read_rounds": READ_ROUNDS,
+                           "host_mbps": ctx.host_mbps or "auto",
+                           "estimated_s": round(estimate, 1)},
+            "notes": notes}
+
+
+def _notes(who: Roles, host_mbps: float) -> list[str]:
+    return [
+        f"ring all-reduce over {len(who.ranks)} ranks, {ring_bytes(host_mbps)} B "
+        f"(~{RING_S:g} s at {host_mbps:g} Mbit/s); storage: striped read to rank "
+        f"{who.read_client} from {len(who.read_servers)} servers and a checkpoint write from "
+        f"rank {who.writer}, {storage_bytes(host_mbps)} B each",
+        "expected: separate lanes keep the collective near its baseline (its lane is "
+        "guaranteed 50 % of every link and has priority for spare capacity); one shared lane "
+        "lets the storage bursts' flows take most of the shared links, slowing every ring step",
+        "storage_goodput_frac is over the host rate times the 2 ring-side links storage loads",
+        "anchor (DESIGN.md): with head-drop leaves the collective class held 59.7-59.9 of its "
+        "60 Mbit/s",
+    ]
+
+
+def _mean(values: list[Any], digits: int = 4) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.fmean(values), digits) if values else None
+
+
+def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per lanes setting: baseline, slowdown (mean, spread), p99 ring time, storage goodput.
+
+    Storage iterations only (baseline rows give ``baseline_ms``, the median);
+    ``valid`` is true only when every iteration of the setting was valid.
+    """
+    table = []
+    for lanes in [l for l in LANES if any(r["lanes"] == l for r in rows)]:
+        mine = [r for r in rows if r["lanes"] == lanes]
+        base = [r["collective_ms"] for r in mine
+                if r["phase"] == "baseline" and r["collective_ms"] is not None]
+        loaded = [r for r in mine if r["phase"] == "storage"]
+        times = [r["collective_ms"] for r in loaded if r["collective_ms"] is not None]
+        slow = [r["collective_slowdown"] for r in loaded if r["collective_slowdown"] is not None]
+        table.append({"lanes": lanes, "iterations": len(loaded),
+                      "baseline_ms": round(statistics.median(base), 2) if base else None,
+                      "collective_ms": _mean(times, 2),
+                      "collective_slowdown": _mean(slow),
+                      "slowdown_min": min(slow) if slow else None,
+                      "slowdown_max": max(slow) if slow else None,
+                      "collective_p99_ms": (round(metrics.percentile(times, 99), 2)
+                                            if times else None),
+                      "storage_goodput_frac": _mean([r["storage_goodput_frac"]
+                                                     for r in loaded]),
+                      "valid": all(_truthy(r["valid"]) for r in mine)})
+    return table
+
+
+# --- figures (no root: read the run directory only) ---------------------------
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+def _values(runs: list[dict], lanes: str, phase: str, field: str) -> list[float]:
+    return [float(r[field]) for r in runs
+            if r["lanes"] == lanes and r["phase"] == phase and r[field] not in (None, "")]
+
+
+def _bars(ax: Any, names: Sequence[str], values: list[list[float]]) -> None:
+    for i, (name, vals) in enumerate(zip(names, values)):
+        if not vals:
+            continue
+        mean = statistics.fmean(vals)
+        ax.bar(i, mean, width=0.6, color=plotstyle.colour(name, i), alpha=0.8,
+               yerr=[[mean - min(vals)], [max(vals) - mean]], capsize=3)
+        ax.scatter([i] * len(vals), vals, s=10, color="black", zorder=3)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlabel("lanes")
+
+
+def plot(run_dir: Path) -> list[Path]:
+    """Slowdown and storage goodput per lanes setting; ring iteration times."""
+    plt = plotstyle.pyplot()
+    summary = results.read_json(run_dir / "summary.json")
+    valid = summary["valid"]
+    runs = results.read_csv(run_dir / "runs.csv")
+    names = [l for l in LANES if any(r["lanes"] == l for r in runs)]
+    written = []
+    fig, (left, right) = plt.subplots(1, 2, figsize=(6.4, 2.6))
+    _bars(left, names, [_values(runs, n, "storage", "collective_slowdown") for n in names])
+    left.axhline(1.0, ls="--", color="grey", lw=1, label="baseline (ring alone)")
+    left.set_ylim(bottom=0)
+    left.set_ylabel("ring time / baseline")
+    left.set_title("collective slowdown under storage")
+    left.legend(loc="lower right")
+    _bars(right, names, [_values(runs, n, "storage", "storage_goodput_frac") for n in names])
+    right.set_ylim(bottom=0)
+    right.set_ylabel("storage goodput / line rate")
+    right.set_title("storage goodput")
+    written += plotstyle.save(fig, run_dir, "slowdown", valid)
+
+    fig, ax = plt.subplots(figsize=(3.8, 2.6))
+    positions, labels = [], []
+    for i, name in enumerate(names):
+        for j, phase in enumerate(PHASES):
+            vals = _values(runs, name, phase, "collective_ms")
+            pos = i * (len(PHASES) + 1) + j
+            positions.append(pos)
+            labels.append(f"{name}\n{phase}")
+            if not vals:
+                continue
+            ax.boxplot(vals, positions=[pos], widths=0.6, showfliers=False)
+            ax.scatter([pos] * len(vals), vals, s=10, color=plotstyle.colour(name, i),
+                       zorder=3)
+    ax.set_xticks(positions, labels, fontsize=7)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("ring all-reduce time (ms)")
+    written += plotstyle.save(fig, run_dir, "iteration_time", valid)
+    return written

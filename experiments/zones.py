@@ -1,0 +1,413 @@
+"""Zones (DeepSeek Fire-Flyer 2): what does a job lose when it spans the two
+zones, and do storage reads stay inside a client's zone?
+
+A ring all-reduce of N ranks (default: one zone's hosts, 8) runs three ways
+on one two-zone fabric (two leaf-spine zones joined by ``interzone_links``
+spine-to-spine links at the host rate):
+
+``one-zone``
+    all ranks in zone 0 (ring order seeded): the zone is non-blocking.
+``cross-zone``
+    half the ranks in each zone, ring order seeded and zone-unaware (as a
+    scheduler that ignores zones would place them): every ring hop between
+    zones is one flow over the few inter-zone links.
+``cross-zone-contiguous``
+    the same ranks, the ring ordered zone by zone (what a topology-aware ring
+    builder does): the ring crosses the boundary once in each direction.
+
+Storage reads (``storage-zone0``, ``storage-zone1``): one client per zone
+(seeded) reads striped blocks from every dual-homed storage node; the
+runner addresses each storage node by its NIC in the client's zone, and the
+run checks it: bytes on inter-zone links, and the switches each stripe's
+measured path crossed.
+
+Theory: a ring runs at the speed of its slowest hop. With ``c`` ring hops
+between zones, ``c/2`` flows go each way over inter-zone capacity ``L``
+(in host rates: ``interzone_links`` here), so busbw / host rate is at most
+``min(1, L / (c/2))`` (``bound_frac``; per-flow ECMP can only do worse when
+``L > 1``). A contiguous ring has ``c = 2`` and is not limited when
+``L >= 1``; a zone-unaware one has ``c`` ~ N/2 and more (up to N when the
+zones alternate: ``2/N``).
+
+Published anchor: Fire-Flyer 2 keeps a job inside one zone; the two zones
+share only a few links, so cross-zone traffic is limited by them, and its
+storage nodes sit in both zones so that reads never cross.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+import topologies
+from experiments.common import Progress, RunContext, fidelity_of, idle_check, traffic_run
+from fabric import fidelity, plotstyle, results
+from fabric import graph as fg
+from fabric.emulation import Emulation, EmulationOptions
+from fabric.traffic import collectives, storage
+from fabric.traffic.model import TransportSpec
+from fabric.traffic.placement import rank_hosts
+
+NAME = "zones"
+QUESTION = ("How much does a ring all-reduce lose when it spans the two zones of a "
+            "Fire-Flyer-2-style fabric, and do storage reads stay in the client's zone?")
+DEFAULT_TOPO = "two-zone,hosts_per_leaf=4,leaves=2,spines=2,interzone_links=1,storage=2"
+JOB_PLACEMENTS = ("one-zone", "cross-zone", "cross-zone-contiguous")
+STORAGE_PLACEMENTS = ("storage-zone0", "storage-zone1")
+PLACEMENTS = JOB_PLACEMENTS + STORAGE_PLACEMENTS
+COLLECTIVE = "ring-allreduce"
+TARGET_S = {True: 1.0, False: 2.0}  # traffic time of one run at line rate (quick, full)
+STORAGE_ROUNDS = 4
+# A stalled run fails after this many times its line-rate duration (at least 30 s).
+DEADLINE_FACTOR = 20.0
+# Wall-clock cost estimates, from the collisions experiment's quick runs (~50 s):
+# bring-up + idle-path check + teardown, and one traffic run's fixed cost
+# (1.5 s agent start lead, path monitors, counters, agent reports).
+BRINGUP_S = 8.0
+RUN_OVERHEAD_S = 4.0
+CONTIGUOUS_NOTE = ("cross-zone-contiguous orders the ring zone by zone: it crosses once "
+                   "each way, so one inter-zone link at the host rate carries it at full speed")
+
+
+# --- pure helpers ------------------------------------------------------------
+
+def zone_hosts(graph: nx.Graph, zone: int) -> list[str]:
+    """Compute endpoints (role ``host``) of ``zone``, in builder order."""
+    return [h for h in fg.nodes_with_role(graph, "host") if graph.nodes[h].get("zone") == zone]
+
+
+def job_size(graph: nx.Graph) -> int:
+    """Default ranks: the hosts of the smaller zone, rounded down to even (>= 2)."""
+    n = min(len(zone_hosts(graph, 0)), len(zone_hosts(graph, 1)))
+    n -= n % 2
+    if n < 2:
+        raise ValueError("zones: each zone needs at least two compute hosts")
+    return n
+
+
+def job_ranks(graph: nx.Graph, placement: str, n: int, seed: int) -> list[str]:
+    """Ranks (ring order) of one job placement; hosts and order seeded by ``seed``."""
+    if placement == "one-zone":
+        return rank_hosts(graph, n, placement="random", seed=seed, hosts=zone_hosts(graph, 0))
+    if placement not in ("cross-zone", "cross-zone-contiguous"):
+        raise ValueError(f"unknown job placement {placement!r} (known: {JOB_PLACEMENTS})")
+    if n % 2:
+        raise ValueError(f"a cross-zone job needs an even number of ranks, got {n}")
+    halves = [rank_hosts(graph, n // 2, placement="random", seed=seed,
+                         hosts=zone_hosts(graph, z)) for z in (0, 1)]
+    if placement == "cross-zone-contiguous":
+        return halves[0] + halves[1]
+    # Zone-unaware ring order: the chosen hosts shuffled together.
+    return rank_hosts(graph, placement="random", seed=seed, hosts=halves[0] + halves[1])
+
+
+def storage_client(graph: nx.Graph, zone: int, seed: int) -> str:
+    """The reading client of ``zone`` (a seeded choice among its hosts)."""
+    return rank_hosts(graph, 1, placement="random", seed=seed, hosts=zone_hosts(graph, zone))[0]
+
+
+def interzone_link_set(graph: nx.Graph) -> set[frozenset]:
+    """Links between switches of different zones."""
+    return {frozenset((a, b)) for a, b in graph.edges
+            if fg.is_switch(graph, a) and fg.is_switch(graph, b)
+            and graph.nodes[a].get("zone") != graph.nodes[b].get("zone")}
+
+
+def interzone_bytes(graph: nx.Graph, totals: dict[tuple[str, str], int]) -> int:
+    """Bytes carried (both directions) by inter-zone links, from per-link totals."""
+    links = interzone_link_set(graph)
+    return int(sum(b for link, b in totals.items() if frozenset(link) in links))
+
+
+def zone_crossing_pairs(graph: nx.Graph, ranks: list[str]) -> int:
+    """Ring neighbour pairs (i, i+1 mod N) whose ranks are in different zones."""
+    n = len(ranks)
+    if n < 2:
+        return 0
+    return sum(graph.nodes[ranks[i]].get("zone") != graph.nodes[ranks[(i + 1) % n]].get("zone")
+               for i in range(n))
+
+
+def ring_bound_frac(graph: nx.Graph, ranks: list[str]) -> float:
+    """Upper bound of busbw / host rate set by the inter-zone capacity.
+
+    ``c`` crossing ring hops put ``c/2`` flows on each direction of the
+    inter-zone links; their capacity is counted in host-link rates.
+    """
+    crossings = zone_crossing_pairs(graph, ranks)
+    if crossings == 0:
+        return 1.0
+    host_gbps = max(graph.edges[r, next(iter(graph.neighbors(r)))]["gbps"] for r in ranks)
+    capacity = sum(graph.edges[tuple(link)]["gbps"] for link in interzone_link_set(graph))
+    return min(1.0, capacity / host_gbps / (crossings / 2))
+
+
+def zone_switches(graph: nx.Graph, zone: int) -> set[str]:
+    """Switches of ``zone``."""
+    return {s for s in fg.switches(graph) if graph.nodes[s].get("zone") == zone}
+
+
+def stripe_path_check(graph: nx.Graph, paths: dict[str, list[str] | None],
+                      stripe_ids: list[str], zone: int) -> tuple[int, int]:
+    """``(stripes whose measured path left the client's zone, stripes with no path)``.
+
+    A stripe path is the node sequence the runner's flow monitors recorded;
+    any switch outside ``zone`` means the stripe crossed zones.
+    """
+    mine = zone_switches(graph, zone)
+    off, unmeasured = 0, 0
+    for sid in stripe_ids:
+        path = paths.get(sid)
+        if not path:
+            unmeasured += 1
+        elif any(fg.is_switch(graph, n) and n not in mine for n in path):
+            off += 1
+    return off, unmeasured
+
+
+def line_rate_bytes(host_mbps: float, seconds: float) -> int:
+    """Bytes a host link moves in ``seconds``."""
+    return int(host_mbps * 1e6 / 8 * seconds)
+
+
+def ring_size(n: int, host_mbps: float, target_s: float) -> int:
+    """nccl-tests size whose ring all-reduce takes ``target_s`` at line rate."""
+    per_rank = line_rate_bytes(host_mbps, target_s)  # what each rank sends
+    return max(n, int(per_rank / collectives.busbw_factor(COLLECTIVE, n)))
+
+
+def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
+              n: int | None = None) -> list[dict[str, Any]]:
+    """Every run of one seed: ``{"placement", "transfers", "ranks", "size", "client",
+    "zone", "stripes"}`` (job runs: ranks and size; storage runs: client, zone, stripe ids)."""
+    n = n or job_size(graph)
+    size = ring_size(n, host_mbps, target_s)
+    runs = []
+    for placement in JOB_PLACEMENTS:
+        ranks = job_ranks(graph, placement, n, seed)
+        runs.append({"placement": placement, "ranks": ranks, "size": size, "client": None,
+                     "zone": None, "stripes": [],
+                     "transfers": collectives.generate(COLLECTIVE, ranks, size,
+                                                       tag=f"{placement}-ring")})
+    servers = fg.nodes_with_role(graph, "storage")
+    if not servers:
+        raise ValueError("zones: the fabric has no storage nodes (two-zone,storage=...)")
+    block = max(len(servers), line_rate_bytes(host_mbps, target_s) // STORAGE_ROUNDS)
+    for zone, placement in enumerate(STORAGE_PLACEMENTS):
+        client = storage_client(graph, zone, seed)
+        transfers = storage.striped_read(client, servers, block, STORAGE_ROUNDS,
+                                         tag=f"read-z{zone}")
+        runs.append({"placement": placement, "ranks": [], "size": block * STORAGE_ROUNDS,
+                     "client": client, "zone": zone, "transfers": transfers,
+                     "stripes": [t.id for t in transfers if t.src in servers]})
+    return runs
+
+
+def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) -> float:
+    """Wall-clock estimate of ``run`` (pure): bring-up plus every run's fixed cost
+    and its traffic time at the inter-zone bound (the worst case)."""
+    count = seeds or (2 if quick else 10)
+    target = TARGET_S[quick]
+    total = BRINGUP_S
+    for seed in range(count):
+        for run in schedules(graph, seed, 5.0, target):
+            bound = ring_bound_frac(graph, run["ranks"]) if run["ranks"] else 1.0
+            total += RUN_OVERHEAD_S + target / bound
+    return total
+
+
+def _span(rows: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first send to the last byte received (None if incomplete)."""
+    if not rows or any(r["fct_s"] is None for r in rows):
+        return None
+    end = max(r["recv_end"] for r in rows)
+    start = min(r["send_start"] for r in rows)
+    return end - start if end > start else None
+
+
+def complete_check(result: Any) -> fidelity.Check:
+    """A run is only valid when every transfer's last byte arrived."""
+    rows = result.transfer_rows()
+    done = sum(1 for r in rows if r["fct_s"] is not None)
+    share = done / len(rows) if rows else 0.0
+    return fidelity.Check("transfers_complete", round(share, 4), 1.0,
+                          bool(rows) and done == len(rows), "; ".join(result.errors)[:500])
+
+
+def run_row(graph: nx.Graph, run: dict[str, Any], seed: int, host_mbps: float,
+            transfer_rows: list[dict[str, Any]], totals: dict, paths: dict,
+            valid: bool) -> dict[str, Any]:
+    """The runs.csv row of one run (pure: from the result's rows, link totals, paths)."""
+    span = _span(transfer_rows)
+    row: dict[str, Any] = {"placement": run["placement"], "seed": seed,
+                           "ranks": len(run["ranks"]) or None, "client": run["client"],
+                           "host_mbps": host_mbps, "size_bytes": run["size"],
+                           "time_s": round(span, 4) if span else None}
+    if run["ranks"]:
+        frac = (collectives.busbw(COLLECTIVE, len(run["ranks"]), run["size"], span) * 8 / 1e6
+                / host_mbps) if span else None
+        row.update(zone_crossing_pairs=zone_crossing_pairs(graph, run["ranks"]),
+                   bound_frac=round(ring_bound_frac(graph, run["ranks"]), 4),
+                   stripes_off_zone=None, stripes_unmeasured=None)
+    else:
+        stripe_bytes = sum(r["bytes"] for r in transfer_rows if r["id"] in set(run["stripes"]))
+        frac = (stripe_bytes * 8 / 1e6 / span / host_mbps) if span else None
+        off, unmeasured = stripe_path_check(graph, paths, run["stripes"], run["zone"])
+        row.update(zone_crossing_pairs=None, bound_frac=1.0, stripes_off_zone=off,
+                   stripes_unmeasured=unmeasured)
+    row.update(busbw_frac=round(frac, 4) if frac is not None else None,
+               interzone_bytes=interzone_bytes(graph, totals), valid=bool(valid and span))
+    return row
+
+
+def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """busbw_frac mean/min/max, inter-zone bytes and the bound per placement.
+
+    Incomplete runs (busbw_frac None) are counted, not averaged.
+    """
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["placement"], []).append(row)
+    table = []
+    for placement in [p for p in PLACEMENTS if p in groups] + [p for p in groups
+                                                                if p not in PLACEMENTS]:
+        group = groups[placement]
+        values = [float(r["busbw_frac"]) for r in group if r["busbw_frac"] not in (None, "")]
+        zbytes = [float(r["interzone_bytes"]) for r in group]
+        bounds = [float(r["bound_frac"]) for r in group if r["bound_frac"] not in (None, "")]
+        table.append({"placement": placement, "seeds": len(group),
+                      "busbw_frac": round(statistics.fmean(values), 4) if values else None,
+                      "busbw_frac_min": min(values) if values else None,
+                      "busbw_frac_max": max(values) if values else None,
+                      "bound_frac": round(statistics.fmean(bounds), 4) if bounds else None,
+                      "interzone_mb": round(statistics.fmean(zbytes) / 1e6, 3),
+                      "incomplete": len(group) - len(values)})
+    return table
+
+
+def _notes(rows: list[dict[str, Any]]) -> list[str]:
+    notes = []
+    for placement in ("cross-zone", "cross-zone-contiguous"):
+        mine = [r for r in rows if r["placement"] == placement]
+        if mine:
+            crossings = [r["zone_crossing_pairs"] for r in mine]
+            notes.append(f"{placement}: {min(crossings)}-{max(crossings)} ring hops cross zones; "
+                         f"inter-zone bound on busbw/host rate "
+                         f"{min(r['bound_frac'] for r in mine):.2f}-"
+                         f"{max(r['bound_frac'] for r in mine):.2f}")
+    reads = [r for r in rows if r["placement"] in STORAGE_PLACEMENTS]
+    if reads:
+        off = sum(r["stripes_off_zone"] for r in reads)
+        unmeasured = sum(r["stripes_unmeasured"] for r in reads)
+        notes.append(f"storage: {off} stripes left the client's zone ({unmeasured} without a "
+                     f"measured path); inter-zone bytes during reads: "
+                     f"{max(r['interzone_bytes'] for r in reads)} at most")
+    notes.append(CONTIGUOUS_NOTE)
+    return notes
+
+
+# --- run and plot --------------------------------------------------------------
+
+def run(ctx: RunContext) -> dict[str, Any]:
+    """One bring-up; per seed every job placement and both storage reads."""
+    seeds = ctx.seed_list(quick_default=2, full_default=10)
+    spec = ctx.topo or DEFAULT_TOPO
+    graph = topologies.build(spec)
+    n = job_size(graph)
+    target = TARGET_S[ctx.quick]
+    transport = TransportSpec("tcp")
+    progress = Progress(len(seeds) * len(PLACEMENTS), NAME)
+    rows, flow_rows, reports = [], [], []
+    with Emulation(graph, EmulationOptions(host_mbps=ctx.host_mbps)) as emu:
+        host_mbps = emu.report.rate_plan.host_mbps
+        idle = idle_check(emu, transport, ctx.run_dir / "work" / "idle")
+        for seed in seeds:
+            for sched in schedules(graph, seed, host_mbps, target, n):
+                placement = sched["placement"]
+                progress.step(f"{placement} seed {seed}")
+                workdir = ctx.run_dir / "work" / f"{placement}-{seed}"
+                result = traffic_run(emu, sched["transfers"], transport, workdir, seed,
+                                     deadline_s=max(30.0, DEADLINE_FACTOR * target))
+                report = fidelity_of(result, [idle, complete_check(result)])
+                reports.append(report)
+                transfer_rows = result.transfer_rows()
+                rows.append(run_row(graph, sched, seed, host_mbps, transfer_rows,
+                                    result.links.totals(), result.paths, report["valid"]))
+                flow_rows += [{"placement": placement, "seed": seed, "id": r["id"],
+                               "src": r["src"], "dst": r["dst"], "bytes": r["bytes"],
+                               "fct_s": r["fct_s"], "path": "/".join(r["path"] or [])}
+                              for r in transfer_rows]
+    results.write_csv(ctx.run_dir / "runs.csv", rows)
+    results.write_csv(ctx.run_dir / "flows.csv", flow_rows)
+    fid = results.merge_fidelity(reports)
+    table = _table(rows)
+    results.write_summary(ctx.run_dir, NAME, table, fid,
+                          {"question": QUESTION, "topology": spec, "ranks": n,
+                           "anchors": {"fire-flyer-2": "jobs are kept inside one zone; the "
+                                       "zones share few links, so cross-zone traffic is "
+                                       "limited by them",
+                                       "storage": "storage nodes are dual-homed: reads stay "
+                                       "in the client's zone"}})
+    return {"table": table, "fidelity": fid, "seeds": seeds,
+            "parameters": {"topology": spec, "ranks": n, "collective": COLLECTIVE,
+                           "placements": PLACEMENTS, "transport": "tcp",
+                           "target_s": target, "storage_rounds": STORAGE_ROUNDS,
+                           "host_mbps": ctx.host_mbps or "auto", "host_mbps_used": host_mbps},
+            "notes": _notes(rows)}
+
+
+def _float(value: Any) -> float | None:
+    return None if value in (None, "") else float(value)
+
+
+def plot(run_dir: Path) -> list[Path]:
+    """busbw / host rate per placement with spread; inter-zone bytes per placement."""
+    plt = plotstyle.pyplot()
+    summary = results.read_json(run_dir / "summary.json")
+    valid = summary["valid"]
+    runs = results.read_csv(run_dir / "runs.csv")
+    present = [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
+    labels = [p.replace("cross-zone-contiguous", "cross-zone\ncontiguous")
+              .replace("storage-", "storage\n") for p in present]
+    written = []
+
+    fig, ax = plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.8))
+    bound_label = "inter-zone bound"
+    for i, placement in enumerate(present):
+        mine = [r for r in runs if r["placement"] == placement]
+        values = [v for v in (_float(r["busbw_frac"]) for r in mine) if v is not None]
+        failed = len(mine) - len(values)
+        if values:
+            ax.boxplot(values, positions=[i], widths=0.5, showfliers=False)
+            ax.scatter([i] * len(values), values, s=12, zorder=3,
+                       color=plotstyle.colour(placement, i))
+        bounds = [v for v in (_float(r["bound_frac"]) for r in mine) if v is not None]
+        if bounds and placement in JOB_PLACEMENTS:
+            ax.scatter([i + 0.3] * len(bounds), bounds, marker="_", s=120, color="grey",
+                       zorder=2, label=bound_label)
+            bound_label = None  # one legend entry
+        if failed:
+            ax.annotate(f"{failed} incomplete", (i, 0.02), ha="center", fontsize=7,
+                        color="#D55E00")
+    ax.set_xticks(range(len(present)), labels)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("busbw / host rate\n(storage: goodput / host rate)")
+    ax.set_title(f"ring all-reduce of {summary.get('ranks', '?')} ranks and striped reads")
+    if bound_label is None:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    written += plotstyle.save(fig, run_dir, "busbw", valid)
+
+    fig, ax = plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.6))
+    for i, placement in enumerate(present):
+        values = [float(r["interzone_bytes"]) / 1e6 for r in runs if r["placement"] == placement]
+        ax.bar(i, statistics.fmean(values), width=0.6, color=plotstyle.colour(placement, i),
+               alpha=0.6)
+        ax.scatter([i] * len(values), values, s=12, color="black", zorder=3)
+    ax.set_xticks(range(len(present)), labels)
+    ax.set_ylabel("bytes on inter-zone links (MB)")
+    ax.set_title("traffic between the zones per run")
+    written += plotstyle.save(fig, run_dir, "interzone_bytes", valid)
+    return written
