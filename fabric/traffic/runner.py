@@ -261,7 +261,11 @@ def _tail(path: Path, lines: int = 3) -> str:
 def idle_path_check(emu: Emulation, transport: TransportSpec, workdir: Path,
                     nbytes: int = 1_000_000) -> fidelity.Check:
     """Goodput of one transfer between the two farthest-apart endpoints of an
-    idle fabric, against the emulated host link rate (a fidelity check)."""
+    idle fabric, against the slowest link on its path (a fidelity check).
+
+    With ECMP the transfer takes one of the equal-cost paths; they have the
+    same bottleneck in the fabrics built here, so any one of them serves.
+    """
     graph = emu.graph
     eps = [e for e in fg.endpoints(graph) if graph.nodes[e]["role"] == "host"]
     src = eps[0]
@@ -271,6 +275,8 @@ def idle_path_check(emu: Emulation, transport: TransportSpec, workdir: Path,
     plan = build_plan(emu, [Transfer("idle-path", src, dst, nbytes)], transport, deadline_s=60)
     result = run_plan(emu, plan, workdir, monitor_paths=False)
     (row,) = result.transfer_rows()
-    host_mbps = emu.report.rate_plan.link_mbps[frozenset((src, next(iter(graph.neighbors(src)))))]
+    path = nx.shortest_path(graph.subgraph(set(fg.switches(graph)) | {src, dst}), src, dst)
+    bottleneck = min(emu.report.rate_plan.link_mbps[frozenset(hop)]
+                     for hop in zip(path, path[1:]))
     achieved = nbytes * 8 / row["fct_s"] / 1e6 if row["fct_s"] else 0.0
-    return fidelity.idle_path_check(achieved, host_mbps)
+    return fidelity.idle_path_check(achieved, bottleneck)
