@@ -6,6 +6,7 @@ root: it builds fabrics) and ``plot(run_dir)`` (no root: reads the CSVs).
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -80,6 +81,21 @@ def stride_transfers(graph: nx.Graph, ranks: list[str], nbytes: int, tag: str = 
             for i, src in enumerate(ranks) if ranks[(i + per_leaf) % n] != src]
 
 
+def completion_check(result: TrafficResult) -> fidelity.Check:
+    """Every transfer's last byte arrived and no agent failed, or the run is invalid."""
+    rows = result.transfer_rows()
+    done = sum(1 for r in rows if r["fct_s"] is not None)
+    ok = bool(rows) and done == len(rows) and not result.errors
+    return fidelity.Check("transfers_complete", round(done / len(rows), 4) if rows else 0.0,
+                          1.0, ok, "; ".join(result.errors[:3]) or f"{done}/{len(rows)} done")
+
+
 def fidelity_of(result: TrafficResult, extra: list[fidelity.Check]) -> dict[str, Any]:
-    """The fidelity report of one run plus the bring-up's checks."""
-    return fidelity.report(list(result.fidelity) + list(extra))
+    """The fidelity report of one run: its checks, the bring-up's, and completion."""
+    return fidelity.report(list(result.fidelity) + list(extra) + [completion_check(result)])
+
+
+def mean_or_none(values: list[Any], digits: int = 4) -> float | None:
+    """Rounded mean of the values that are not None (None if there are none)."""
+    values = [v for v in values if v is not None]
+    return round(statistics.fmean(values), digits) if values else None

@@ -11,6 +11,7 @@ import pytest
 
 import topologies
 from experiments import EXPERIMENTS, incast, isolation
+from experiments.common import completion_check
 from fabric import graph as fg
 from fabric import results
 from fabric.lanes import DSCP_COLLECTIVE, DSCP_STORAGE
@@ -117,7 +118,7 @@ def _incast_run(senders=4, fail=(), errors=()):
                          fail=fail, netstat={servers[0]: {"TCPTimeouts": 2, "RetransSegs": 5}},
                          drops={client: 7}, errors=errors)
     cfg = incast.RunConfig(senders, 32, 200, None, 0)
-    check = incast.completion_check(result)
+    check = completion_check(result)
     report = {"valid": check.ok, "checks": []}
     return incast.measure(cfg, spec, result, client, servers, 5.5, report), check
 
@@ -279,7 +280,7 @@ def test_isolation_measure_splits_classes_and_catches_failures():
     failed = fake_result(transfers, fail={"read/round2/stripe1"})
     got = isolation.measure_iteration(failed, 7.5, 2)
     assert got["storage_goodput_frac"] is None and got["collective_ms"] is not None
-    assert not isolation.completion_check(failed).ok
+    assert not completion_check(failed).ok
     alone = fake_result(isolation.iteration_transfers(graph, 7.5, False, who))
     got = isolation.measure_iteration(alone, 7.5, 2)
     assert got["storage_goodput_frac"] is None and got["storage_bytes"] == 0
