@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from fabric.agent import bth
+from fabric.agent.engine import Engine
 from fabric.agent.loop import EventLoop
 from fabric.agent.pacing import TokenBucket, bucket_for
 from fabric.agent.records import TransferRecord
@@ -96,7 +97,7 @@ class _Pacer:
         self.active: deque[_Sender] = deque()
 
 
-class RoceEngine:
+class RoceEngine(Engine):
     """All RoCE queue pairs of one agent.
 
     Parameters
@@ -121,14 +122,7 @@ class RoceEngine:
                  on_fail: Callable[[TransferRecord, str], None],
                  config: RoceConfig = RoceConfig(),
                  source_ports: Mapping[tuple, tuple[int, ...]] | None = None) -> None:
-        self.loop = loop
-        self.spec = spec
-        self.addresses = addresses
-        self.on_done = on_done
-        self.on_fail = on_fail
-        self.config = config
-        self.source_ports = source_ports or {}
-        self.warnings: list[str] = []
+        super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports)
         self.listeners: dict[str, socket.socket] = {}
         self.pacers: dict[str, _Pacer] = {}
         self.senders: dict[int, _Sender] = {}

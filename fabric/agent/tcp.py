@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from fabric.agent import framing
+from fabric.agent.engine import Engine
 from fabric.agent.loop import EventLoop
 from fabric.agent.records import TransferRecord
 from fabric.agent.tcpinfo import tcp_info
@@ -110,7 +111,7 @@ class _RecvConn:
         self.events = READ
 
 
-class TcpEngine:
+class TcpEngine(Engine):
     """All TCP connections and transfers of one agent.
 
     Parameters
@@ -135,15 +136,8 @@ class TcpEngine:
                  on_fail: Callable[[TransferRecord, str], None],
                  config: TcpConfig = TcpConfig(),
                  source_ports: Mapping[tuple, tuple[int, ...]] | None = None) -> None:
-        self.loop = loop
-        self.spec = spec
-        self.addresses = addresses
-        self.on_done = on_done
-        self.on_fail = on_fail
-        self.config = config
-        self.source_ports = source_ports or {}
+        super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports)
         self.errors: list[str] = []
-        self.warnings: list[str] = []
         self.listeners: list[socket.socket] = []
         self.conns: dict[tuple[str, int, int, int], _SendConn] = {}
         self.accepted: list[_RecvConn] = []

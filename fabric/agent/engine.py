@@ -1,0 +1,44 @@
+"""What both transport engines of an agent hold: loop, plan transport, callbacks."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from fabric.agent.loop import EventLoop
+from fabric.agent.records import TransferRecord
+from fabric.traffic.model import TransportSpec
+
+
+class Engine:
+    """Common state of :class:`~fabric.agent.tcp.TcpEngine` and
+    :class:`~fabric.agent.roce.RoceEngine`.
+
+    Parameters
+    ----------
+    loop : EventLoop
+        The agent's loop (sockets are registered on it).
+    spec : TransportSpec
+        The plan's transport.
+    addresses : list of str
+        Own NIC addresses (a listener binds on each).
+    on_done, on_fail : callable
+        Called with the record when a transfer side completes or fails.
+    config : object
+        Engine tunables.
+    source_ports : mapping, optional
+        This host's part of :func:`fabric.traffic.model.source_ports`.
+        Missing keys: ephemeral ports.
+    """
+
+    def __init__(self, loop: EventLoop, spec: TransportSpec, addresses: list[str],
+                 on_done: Callable[[TransferRecord], None],
+                 on_fail: Callable[[TransferRecord, str], None], config: Any,
+                 source_ports: Mapping[tuple, tuple[int, ...]] | None = None) -> None:
+        self.loop = loop
+        self.spec = spec
+        self.addresses = addresses
+        self.on_done = on_done
+        self.on_fail = on_fail
+        self.config = config
+        self.source_ports = source_ports or {}
+        self.warnings: list[str] = []
