@@ -1,0 +1,40 @@
+"""The fidelity checks' arithmetic and the OVS socket backlog reader (pure code)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabric import fidelity, ovs
+
+PROC_NET_PACKET = """\
+sk               RefCnt Type Proto  Iface R Rmem   User   Inode
+0000000000000001 3      3    0003   12    1 2304   0      5001
+0000000000000002 3      3    0003   13    1 832    0      5002
+0000000000000003 3      3    0003   0     0 9999   0      5003
+0000000000000004 3      3    0003   14    1 4608   0      7777
+"""
+
+
+def test_backlog_sums_bound_sockets_of_the_process_only():
+    # 5003 is the process's unbound send socket, 7777 another process's socket
+    assert ovs.packet_socket_backlog({5001, 5002, 5003}, PROC_NET_PACKET) == 2304 + 832
+    assert ovs.packet_socket_backlog(set(), PROC_NET_PACKET) == 0
+
+
+def test_truesize_matches_the_kernels_accounting_of_data_and_acks():
+    assert fidelity.truesize_bytes(1514, 1) == pytest.approx(2304, rel=0.01)
+    assert fidelity.truesize_bytes(60, 1) == pytest.approx(832, rel=0.01)
+
+
+def test_input_delay_is_littles_law_in_one_unit():
+    # 1000 full frames/s arrive; half a frame queued on average: 0.5 ms wait
+    check = fidelity.input_delay_check(1152.0, rx_bytes=1514 * 1000, rx_packets=1000,
+                                       elapsed_s=1.0)
+    assert check.value == pytest.approx(0.5, rel=0.01) and check.ok
+    slow = fidelity.input_delay_check(3 * 2304.0, 1514 * 1000, 1000, 1.0)
+    assert slow.value == pytest.approx(3.0, rel=0.01) and not slow.ok
+
+
+def test_no_traffic_means_no_delay():
+    assert fidelity.input_delay_check(0.0, 0, 0, 1.0).value == 0.0
+    assert fidelity.input_delay_check(0.0, 0, 0, 0.0).ok
