@@ -7,17 +7,19 @@ that the fabric at full load stays within what the switch datapath forwards
 without silent loss.
 
 Userspace Open vSwitch forwards all packets in one thread. Its budget is
-measured by ``benchmarks/traffic.py``: every one of 16 hosts sends a TCP
-flow across the fabric (a permutation), and the run is faithful while
+measured by ``benchmarks/traffic.py``: every one of 16 hosts sends a flow
+across the fabric (a permutation) sprayed packet by packet over all paths,
+so that every link really runs at full load, and the run is faithful while
 packets wait less than 1 ms on average in ovs-vswitchd's receive sockets.
-On a 2-core VM that held up to 6 Mbit/s per host on both the default
-rail-clos (48 ports, ~25 k packet-hops/s) and a k=4 fat-tree (80 ports,
-~36 k), and failed at 8 Mbit/s on rail-clos; a k=8 fat-tree (640 ports)
-carried ~28 k packet-hops/s before loss (DESIGN.md). Beyond that, OVS
-delays packets by milliseconds before it drops any: loss-based ceilings
-(up to ~120 k packet-hops/s) overstate what is faithful. The budget is
-therefore flat, ``USERSPACE_BUDGET_PKT_HOPS`` full-size packet-hops per
-second, whatever the port count (up to ``MAX_USERSPACE_PORTS``).
+On a 2-core VM the default rail-clos (48 ports) held that at 3 Mbit/s per
+host (~12 k packet-hops/s, 0.3 ms), was marginal at 4.5 (0.6-2.3 ms) and
+failed at 6 (1.3-1.6 ms). A TCP permutation under per-flow ECMP seemed to
+carry twice as much, but its hash collisions left links idle, so it never
+offered the full load. Loss-based ceilings (up to ~120 k packet-hops/s in
+DESIGN.md) overstate what is faithful by far more: OVS delays packets by
+milliseconds long before it drops any. The budget is therefore flat,
+``USERSPACE_BUDGET_PKT_HOPS`` full-size packet-hops per second, whatever
+the port count (up to ``MAX_USERSPACE_PORTS``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import networkx as nx
 from fabric import graph as fg
 
 FULL_PACKET_BITS = 1500 * 8
-USERSPACE_BUDGET_PKT_HOPS = 26_000.0
+USERSPACE_BUDGET_PKT_HOPS = 12_500.0
 # Not measured here (no openvswitch module on these machines): a kernel
 # datapath forwards on every core; we allow ten times the userspace budget.
 KERNEL_BUDGET_FACTOR = 10.0
@@ -69,8 +71,19 @@ def forwarding_budget(switch_ports: int, datapath: str) -> float:
     return USERSPACE_BUDGET_PKT_HOPS * (KERNEL_BUDGET_FACTOR if datapath == "kernel" else 1.0)
 
 
-def auto_host_mbps(graph: nx.Graph, datapath: str = "user") -> float:
+def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
+                   busy_links: int | None = None) -> float:
     """The largest host rate (0.5 Mbit/s steps, at most 20) whose full load fits.
+
+    Parameters
+    ----------
+    graph : networkx.Graph
+        The fabric graph with physical rates.
+    datapath : {"user", "kernel"}
+        The Open vSwitch datapath that will forward.
+    busy_links : int, optional
+        How many endpoint links the workload keeps busy at once (an incast
+        loads only its client's); None means all of them.
 
     Raises
     ------
@@ -78,10 +91,7 @@ def auto_host_mbps(graph: nx.Graph, datapath: str = "user") -> float:
         When not even the smallest step fits.
     """
     ports = sum(graph.degree(sw) for sw in fg.switches(graph))
-    fastest = max(graph.edges[a.endpoint, a.switch]["gbps"] for a in fg.attachments(graph))
-    injected_per_mbps = sum(graph.edges[a.endpoint, a.switch]["gbps"] / fastest * 1e6
-                            for a in fg.attachments(graph))
-    per_mbps = injected_per_mbps / FULL_PACKET_BITS * mean_switch_hops(graph)
+    per_mbps = _injected_bps(graph, 1.0, busy_links) / FULL_PACKET_BITS * mean_switch_hops(graph)
     fits = forwarding_budget(ports, datapath) / per_mbps
     rate = min(MAX_AUTO_HOST_MBPS, int(fits / AUTO_RATE_STEP_MBPS) * AUTO_RATE_STEP_MBPS)
     if rate < AUTO_RATE_STEP_MBPS:
@@ -89,6 +99,14 @@ def auto_host_mbps(graph: nx.Graph, datapath: str = "user") -> float:
                             f"{datapath}space Open vSwitch forwards faithfully here; "
                             f"use a smaller fabric")
     return rate
+
+
+def _injected_bps(graph: nx.Graph, host_mbps: float, busy_links: int | None) -> float:
+    """Bits per second the endpoints inject at full load (``busy_links`` of them at most)."""
+    fastest = max(graph.edges[a.endpoint, a.switch]["gbps"] for a in fg.attachments(graph))
+    rates = sorted((graph.edges[a.endpoint, a.switch]["gbps"] / fastest * host_mbps * 1e6
+                    for a in fg.attachments(graph)), reverse=True)
+    return sum(rates if busy_links is None else rates[:busy_links])
 
 
 def mean_switch_hops(graph: nx.Graph) -> float:
@@ -110,7 +128,7 @@ def scale_for_host_rate(graph: nx.Graph, host_mbps: float) -> float:
 
 
 def plan_rates(graph: nx.Graph, host_mbps: float | None = None,
-               datapath: str = "user") -> RatePlan:
+               datapath: str = "user", busy_links: int | None = None) -> RatePlan:
     """Scale every link and check the fabric fits this machine.
 
     Parameters
@@ -122,6 +140,9 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None,
         None picks :func:`auto_host_mbps`.
     datapath : {"user", "kernel"}
         The Open vSwitch datapath that will forward.
+    busy_links : int, optional
+        How many endpoint links the workload keeps busy at once; None (all
+        of them) checks the fabric's full load.
 
     Raises
     ------
@@ -131,7 +152,9 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None,
         ``host_mbps`` that fits).
     """
     if host_mbps is None:
-        host_mbps = auto_host_mbps(graph, datapath)
+        host_mbps = auto_host_mbps(graph, datapath, busy_links)
+    if busy_links is not None and busy_links < 1:
+        raise CapacityError(f"busy_links must be at least 1, got {busy_links}")
     if not host_mbps > 0:
         raise CapacityError(f"host rate must be positive, got {host_mbps} Mbit/s")
     scale = scale_for_host_rate(graph, host_mbps)
@@ -146,15 +169,14 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None,
     if datapath == "user" and ports > MAX_USERSPACE_PORTS:
         raise CapacityError(f"{ports} switch ports exceed the {MAX_USERSPACE_PORTS} that userspace "
                             f"Open vSwitch forwards on this machine; use a smaller fabric")
-    injected_bps = sum(links[frozenset((a.endpoint, a.switch))] * 1e6
-                       for a in fg.attachments(graph))
-    demand = injected_bps / FULL_PACKET_BITS * mean_switch_hops(graph)
+    demand = (_injected_bps(graph, host_mbps, busy_links) / FULL_PACKET_BITS
+              * mean_switch_hops(graph))
     budget = forwarding_budget(ports, datapath)
     if demand > budget:
         fits = int(host_mbps * budget / demand * 10) / 10  # round down: it is a maximum
         raise CapacityError(
             f"at {host_mbps:g} Mbit/s per host link the fabric needs {demand / 1e3:.0f} k "
-            f"packet-hops/s at full load, but {datapath}space Open vSwitch forwards about "
+            f"packet-hops/s at {'full' if busy_links is None else f'{busy_links}-link'} load, but {datapath}space Open vSwitch forwards about "
             f"{budget / 1e3:.0f} k with {ports} ports here; use a host rate of at most "
             f"{fits:.1f} Mbit/s or a smaller fabric")
     return RatePlan(scale, links, demand, budget, ports, datapath, host_mbps)

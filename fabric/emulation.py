@@ -77,6 +77,7 @@ class EmulationOptions:
     controller_port: int = 6653
     lanes: LaneConfig = SINGLE_LANE
     adaptive: AdaptiveParams = AdaptiveParams()
+    busy_links: int | None = None  # endpoint links the workload loads at once (None: all)
 
 
 @dataclass
@@ -164,7 +165,8 @@ class Emulation:
     def _check_before_changes(self) -> None:
         datapath = ovs.choose_datapath(self.options.datapath)
         self.report.datapath = datapath
-        self.report.rate_plan = capacity.plan_rates(self.graph, self.options.host_mbps, datapath)
+        self.report.rate_plan = capacity.plan_rates(self.graph, self.options.host_mbps, datapath,
+                                                      self.options.busy_links)
         system.preflight()
         if self.options.policy not in POLICIES:
             raise EmulationError(f"unknown routing policy {self.options.policy!r} "
