@@ -434,6 +434,7 @@ class RoceEngine(Engine):
                 cwnd_final=round(qp.cwnd, 2), srtt_us=None if qp.srtt is None
                 else round(qp.srtt * 1e6), rto_count=qp.rto_count,
                 acks_received=qp.acks_received, reorder_mult=qp.reorder_mult,
+                undone_cuts=qp.undone_cuts,
                 entropy_ports=sender.ports)
         for record, qp in self.receivers.values():
             record.bytes = qp.bytes

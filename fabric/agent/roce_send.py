@@ -97,6 +97,11 @@ class SendQP:
         self.timeouts_in_row = 0
         self.rack_tx = -1               # transmission number of the latest-sent delivered packet
         self.last_cut = -math.inf
+        # undo of a spurious cut (as TCP's DSACK undo): the window before the
+        # episode's cut and how many of its lost marks are still unexplained
+        self.undo_cwnd: float | None = None
+        self.undo_pending = 0
+        self.undone_cuts = 0
         self.reorder_mult = 1
         self.last_mult_change = -math.inf
         self.episodes_since_widening = 0
@@ -166,6 +171,8 @@ class SendQP:
         state = self.state[psn]
         if state == IN_FLIGHT:
             self.inflight -= 1
+        elif state == LOST and not self.retx[psn]:
+            self._spurious(1)  # the original arrived before its repair was sent
         self.state[psn] = ACKED
         self.acked += 1
         if not self.retx[psn] and self.sent_tx[psn] > self.rack_tx:
@@ -207,6 +214,7 @@ class SendQP:
                 self.reorder_mult = min(self.reorder_mult + 1, self.cc.max_reorder_mult)
                 self.last_mult_change = now
                 self.episodes_since_widening = 0
+            self._spurious(ack.duplicates - self.peer_duplicates)
         self.peer_duplicates = max(self.peer_duplicates, ack.duplicates)
         self.peer_out_of_order = max(self.peer_out_of_order, ack.out_of_order)
         if newly:
@@ -266,7 +274,7 @@ class SendQP:
             self._mark_lost(psn)
             found += 1
         if found:
-            self._cut(now)
+            self._cut(now, found)
         return found
 
     def _mark_lost(self, psn: int) -> None:
@@ -275,9 +283,10 @@ class SendQP:
         self.lost.append(psn)
         self.lost_detected += 1
 
-    def _cut(self, now: float) -> None:
+    def _cut(self, now: float, marked: int) -> None:
         # halve once per RTT however many losses that RTT had
         if now - self.last_cut >= (self.srtt or self.rto):
+            self.undo_cwnd, self.undo_pending = self.cwnd, marked
             self.cwnd = max(1.0, self.cwnd / 2)
             self.last_cut = now
             # as RACK's reo_wnd_persist: a widened allowance that caught no
@@ -286,6 +295,19 @@ class SendQP:
             if self.episodes_since_widening >= self.cc.reorder_persist:
                 self.reorder_mult = 1
                 self.episodes_since_widening = 0
+        elif self.undo_cwnd is not None:
+            self.undo_pending += marked  # more marks of the same episode
+
+    def _spurious(self, count: int) -> None:
+        """``count`` packets marked lost were delivered after all: once every
+        mark of the last cut's episode proves spurious, restore its window."""
+        if self.undo_cwnd is None:
+            return
+        self.undo_pending -= count
+        if self.undo_pending <= 0:
+            self.cwnd = max(self.cwnd, self.undo_cwnd)
+            self.undo_cwnd = None
+            self.undone_cuts += 1
 
     def deadline(self) -> float | None:
         """Monotonic time at which :meth:`on_timer` has work, if any."""
@@ -314,13 +336,15 @@ class SendQP:
             self.failed = (f"no acknowledgement after {self.timeouts_in_row - 1} "
                            f"retransmission timeouts")
             return
+        marked = 0
         while True:
             head = self._head()
             if head is None:
                 break
             self.outstanding.popleft()
             self._mark_lost(head[0])
+            marked += 1
         self.backoff = min(self.backoff * 2, 64)
         if self.rto * self.backoff > self.cc.max_rto_s:
             self.backoff = max(1, int(self.cc.max_rto_s / self.rto))
-        self._cut(now)
+        self._cut(now, marked)

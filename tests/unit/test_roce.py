@@ -215,6 +215,40 @@ def test_heavy_reordering_without_loss_needs_no_retransmission():
     assert recv.duplicates == send.retransmitted                 # all of them spurious
 
 
+def test_a_cut_whose_losses_were_all_reordering_is_undone():
+    send = _twenty_in_flight()
+    # PSN 10 arrives first: 0-9 look lost once they are old enough
+    send.on_ack(bth.parse_ack(_ack_for(send, [10])), 0.050)
+    assert send.lost_detected == 10 and send.cwnd < 9.0
+    # then the originals of 0-9 arrive before any repair was sent
+    send.on_ack(bth.parse_ack(_ack_for(send, list(range(11)))), 0.051)
+    assert send.cwnd >= 16.0 and send.undone_cuts == 1
+
+
+def test_a_cut_with_one_real_loss_stays():
+    send = _twenty_in_flight()
+    send.on_ack(bth.parse_ack(_ack_for(send, [10])), 0.050)
+    # 1-9 were reordered, PSN 0 was really lost
+    send.on_ack(bth.parse_ack(_ack_for(send, list(range(1, 11)))), 0.051)
+    assert send.cwnd < 16.0 and send.undone_cuts == 0
+
+
+def _twenty_in_flight() -> SendQP:
+    """A sender with PSNs 0-9 sent at t=0 and 10-19 at t=0.04 s."""
+    send = SendQP(0x100, 100 * 1000, 1000)
+    for i in range(20):
+        send.next_packet(0.0 if i < 10 else 0.040)
+    return send
+
+
+def _ack_for(send: SendQP, arrived: list[int]) -> bytes:
+    """The ACK a receiver that got exactly ``arrived`` sends."""
+    recv = RecvQP(send.qpn, send.nbytes, send.mtu)
+    for psn in arrived:
+        recv.on_data(psn, send.length(psn), False, 0.0)
+    return recv.make_ack()
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_loss_and_reordering_deliver_everything_once(seed):
     send, recv = simulate(800, loss=0.05, reorder=0.5, max_extra_s=0.003, seed=seed,
