@@ -101,7 +101,7 @@ def test_fat_tree_k8_too_big_at_20_mbps_and_suggestion_fits():
 
 @pytest.mark.parametrize("spec", ["fat-tree,k=6", "fat-tree,k=8",
                                   "leaf-spine,leaves=16,spines=8,hosts_per_leaf=16",
-                                  "rail-clos,servers=256,gpus=2,servers_per_leaf=32,spines=16",
+                                  "rail-clos,servers=64,gpus=2,servers_per_leaf=16,spines=8",
                                   "two-zone,hosts_per_leaf=4,leaves=3,spines=4,"
                                   "interzone_links=4,storage=5"])
 def test_suggested_maximum_is_safe_and_tight(spec):
@@ -112,6 +112,13 @@ def test_suggested_maximum_is_safe_and_tight(spec):
     plan_rates(graph, fits)  # must not raise
     with pytest.raises(CapacityError):  # and is within one printed step of the limit
         plan_rates(graph, fits + 0.1)
+
+
+def test_a_fabric_too_large_for_any_rate_says_so():
+    graph = topologies.build("rail-clos,servers=256,gpus=2,servers_per_leaf=32,spines=16")
+    with pytest.raises(CapacityError, match="smaller fabric") as info:
+        plan_rates(graph, 1.0)
+    assert "at most" not in str(info.value)
 
 
 @pytest.mark.parametrize("rate", [0, 0.0, -1, -20.0, float("nan")])
@@ -188,8 +195,8 @@ def test_budget_is_flat_over_the_measured_port_counts():
 
 def test_kernel_datapath_plan_has_more_headroom():
     graph = topologies.build("fat-tree")
-    user = plan_rates(graph, 2.0, datapath="user")
-    kernel = plan_rates(graph, 2.0, datapath="kernel")
+    user = plan_rates(graph, 1.5, datapath="user")
+    kernel = plan_rates(graph, 1.5, datapath="kernel")
     assert kernel.headroom > user.headroom
     assert kernel.datapath == "kernel"
 
