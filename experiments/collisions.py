@@ -20,7 +20,7 @@ from typing import Any
 
 import topologies
 from experiments.common import (Progress, RunContext, fidelity_of, flow_goodputs,
-                                idle_check, stride_transfers, traffic_run)
+                                idle_check, run_checks, stride_transfers, traffic_run)
 from fabric import graph as fg
 from fabric import plotstyle, results
 from fabric.emulation import Emulation, EmulationOptions
@@ -112,7 +112,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                             # sprayed flows take every path: collisions are not defined
                             "collisions": coll.count if coll else None,
                             "max_flows_per_link": coll.max_flows_per_link if coll else None,
-                            "complete": result.complete, "valid": report["valid"]})
+                            "complete": result.complete, "valid": report["valid"],
+                            **run_checks(report)})
                         flow_rows += [{"topology": spec, "policy": policy, "pattern": pattern,
                                        "seed": seed, "id": r["id"], "bytes": r["bytes"],
                                        "fct_s": r["fct_s"],

@@ -95,6 +95,15 @@ def fidelity_of(result: TrafficResult, extra: list[fidelity.Check]) -> dict[str,
     return fidelity.report(list(result.fidelity) + list(extra) + [completion_check(result)])
 
 
+RUN_CHECKS = ("ovs_input_delay_ms", "machine_cpu")
+
+
+def run_checks(report: dict[str, Any]) -> dict[str, Any]:
+    """The per-run values of the load-dependent fidelity checks, for a runs.csv row."""
+    values = {c["name"]: c["value"] for c in report.get("checks", [])}
+    return {name: values.get(name) for name in RUN_CHECKS}
+
+
 def mean_or_none(values: list[Any], digits: int = 4) -> float | None:
     """Rounded mean of the values that are not None (None if there are none)."""
     values = [v for v in values if v is not None]

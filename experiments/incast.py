@@ -34,7 +34,8 @@ from typing import Any, Sequence
 import networkx as nx
 
 import topologies
-from experiments.common import mean_or_none, Progress, RunContext, fidelity_of, idle_check, traffic_run
+from experiments.common import (Progress, RunContext, fidelity_of, idle_check, mean_or_none,
+                                run_checks, traffic_run)
 from fabric import plotstyle, results
 from fabric import graph as fg
 from fabric.emulation import Emulation, EmulationOptions
@@ -198,7 +199,8 @@ def measure(cfg: RunConfig, spec: PatternSpec, result: Any, client: str, servers
            "round_p99_ms": _rounded(summary.get("round_p99_ms"), 3),
            "timeouts": counters["TCPTimeouts"], "retransmits": counters["RetransSegs"],
            "drops": int(result.ingress_drops.get(client, 0)),
-           "complete": complete, "valid": bool(report["valid"] and complete)}
+           "complete": complete, "valid": bool(report["valid"] and complete),
+           **run_checks(report)}
     round_rows = [{**keys, "round": k,
                    "duration_ms": _rounded(t.duration_s * 1e3, 3) if t.duration_s else None,
                    "goodput_frac": (round(t.goodput_mbps / host_mbps, 4)

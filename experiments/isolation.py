@@ -31,7 +31,8 @@ from typing import Any, Sequence
 import networkx as nx
 
 import topologies
-from experiments.common import mean_or_none, Progress, RunContext, fidelity_of, idle_check, traffic_run
+from experiments.common import (Progress, RunContext, fidelity_of, idle_check, mean_or_none,
+                                run_checks, traffic_run)
 from fabric import capacity, plotstyle, results
 from fabric import graph as fg
 from fabric.emulation import Emulation, EmulationOptions
@@ -238,7 +239,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                                      "storage_goodput_frac": measured["storage_goodput_frac"],
                                      "storage_bytes": measured["storage_bytes"],
                                      "complete": bool(result.complete and not result.errors),
-                                     "valid": bool(report["valid"])})
+                                     "valid": bool(report["valid"]),
+                                     **run_checks(report)})
                         flow_rows += [{"lanes": lanes_name, "seed": seed,
                                        "iteration": iteration, "phase": phase, "id": r["id"],
                                        "src": r["src"], "dst": r["dst"], "bytes": r["bytes"],

@@ -42,7 +42,8 @@ from typing import Any
 import networkx as nx
 
 import topologies
-from experiments.common import Progress, RunContext, fidelity_of, idle_check, traffic_run
+from experiments.common import (Progress, RunContext, fidelity_of, idle_check, run_checks,
+                                traffic_run)
 from fabric import capacity, ovs, plotstyle, results
 from fabric import graph as fg
 from fabric.emulation import Emulation, EmulationOptions
@@ -257,8 +258,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                     report = fidelity_of(result, [idle])
                     reports.append(report)
                     transfer_rows = result.transfer_rows()
-                    rows.append(run_row(graph, spec, sched, seed, used, transfer_rows,
-                                        report["valid"]))
+                    rows.append({**run_row(graph, spec, sched, seed, used, transfer_rows,
+                                           report["valid"]), **run_checks(report)})
                     flow_rows += [{"oversubscription": over, "placement": placement,
                                    "seed": seed, "id": r["id"], "src": r["src"],
                                    "dst": r["dst"], "bytes": r["bytes"], "fct_s": r["fct_s"],

@@ -43,7 +43,8 @@ from typing import Any
 import networkx as nx
 
 import topologies
-from experiments.common import Progress, RunContext, fidelity_of, idle_check, traffic_run
+from experiments.common import (Progress, RunContext, fidelity_of, idle_check, run_checks,
+                                traffic_run)
 from fabric import plotstyle, results
 from fabric import graph as fg
 from fabric.emulation import Emulation, EmulationOptions
@@ -326,8 +327,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 report = fidelity_of(result, [idle])
                 reports.append(report)
                 transfer_rows = result.transfer_rows()
-                rows.append(run_row(graph, sched, seed, host_mbps, transfer_rows,
-                                    result.links.totals(), result.paths, report["valid"]))
+                rows.append({**run_row(graph, sched, seed, host_mbps, transfer_rows,
+                                       result.links.totals(), result.paths, report["valid"]),
+                             **run_checks(report)})
                 flow_rows += [{"placement": placement, "seed": seed, "id": r["id"],
                                "src": r["src"], "dst": r["dst"], "bytes": r["bytes"],
                                "fct_s": r["fct_s"], "path": "/".join(r["path"] or [])}

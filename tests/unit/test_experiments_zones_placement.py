@@ -383,3 +383,14 @@ def test_figures_are_drawn_from_the_csvs_without_root(tmp_path, name, fake, figu
     for figure in figures:
         for suffix in (".png", ".pdf"):
             assert (tmp_path / f"{figure}{suffix}").stat().st_size > 1000
+
+
+def test_run_checks_puts_each_runs_load_checks_in_its_row():
+    from experiments.common import RUN_CHECKS, run_checks
+
+    report = {"valid": False, "checks": [
+        {"name": "ovs_input_delay_ms", "value": 1.4, "threshold": 1.0, "ok": False},
+        {"name": "machine_cpu", "value": 0.7, "threshold": 0.95, "ok": True},
+        {"name": "idle_path_rate", "value": 0.96, "threshold": 0.9, "ok": True}]}
+    assert run_checks(report) == {"ovs_input_delay_ms": 1.4, "machine_cpu": 0.7}
+    assert run_checks({"checks": []}) == dict.fromkeys(RUN_CHECKS)
