@@ -126,8 +126,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
     results.write_csv(ctx.run_dir / "flows.csv", flow_rows)
     results.write_csv(ctx.run_dir / "uplinks.csv", link_rows)
     fid = results.merge_fidelity(reports)
-    table = _table(rows)
-    spines = len(fg.nodes_with_role(topologies.build(topos[0]), "spine"))
+    paths = {spec: top_tier_paths(topologies.build(spec)) for spec in topos}
+    table = _table(rows, paths)
+    spines = paths[topos[0]]
     expected = balls_into_bins_expected_utilisation(spines)
     results.write_summary(ctx.run_dir, NAME, table, fid,
                           {"question": QUESTION,
@@ -141,8 +142,26 @@ def run(ctx: RunContext) -> dict[str, Any]:
                       f"{expected:.3f}"]}
 
 
-def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and spread of normalised throughput per topology, policy and pattern."""
+ANCHORS = {"ecmp": "0.60-0.68", "spray": ">=0.90", "adaptive": ">=0.90"}
+
+
+def top_tier_paths(graph: Any) -> int:
+    """Equal-cost paths between two leaves in different pods: the top-tier switches."""
+    cores = fg.nodes_with_role(graph, "core")
+    return len(cores) if cores else len(fg.nodes_with_role(graph, "spine"))
+
+
+def expected_throughput(policy: str, pattern: str, paths: int) -> float | None:
+    """Theory for the stride: ECMP's flows hit 1-(1-1/N)^N of N paths on average
+    (balls into bins); a perfect spray uses them all. None for other patterns."""
+    if pattern != "stride":
+        return None
+    return round(balls_into_bins_expected_utilisation(paths), 4) if policy == "ecmp" else 1.0
+
+
+def _table(rows: list[dict[str, Any]], paths: dict[str, int]) -> list[dict[str, Any]]:
+    """Mean and spread of normalised throughput per topology, policy and pattern,
+    next to the theory (stride only) and the published anchor."""
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["topology"], row["policy"], row["pattern"]), []).append(row)
@@ -154,6 +173,8 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         table.append({"topology": topo, "policy": policy, "pattern": pattern,
                       "seeds": len(group), "norm_throughput": round(statistics.fmean(values), 4),
                       "norm_throughput_min": min(values), "norm_throughput_max": max(values),
+                      "theory": expected_throughput(policy, pattern, paths[topo]),
+                      "anchor": ANCHORS[policy],
                       "collisions": round(statistics.fmean(colls), 2) if colls else None,
                       "max_flows_per_link": max(maxes) if maxes else None})
     return table

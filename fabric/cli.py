@@ -161,10 +161,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from experiments import EXPERIMENTS
     from experiments.common import RunContext
-    from fabric import results
+    from fabric import results, system
 
     if args.topo:
         _build_graph(args.topo)  # a bad spec fails here, before anything changes
+    system.preflight()  # not root or tools missing: say so before making the run directory
     run_dir = results.new_run_dir(Path(args.out))
     module = importlib.import_module(EXPERIMENTS[args.name])
     ctx = RunContext(run_dir, quick=args.quick, seeds=args.seeds, topo=args.topo,

@@ -89,6 +89,14 @@ def test_up_needs_root():
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="only meaningful when not root")
+def test_run_needs_root_and_makes_no_directory(tmp_path):
+    out = tmp_path / "run"
+    res = fabric("run", "collisions", "--quick", "--out", str(out), timeout=60)
+    assert res.returncode == 2 and "root" in res.stderr
+    assert not out.exists()
+
+
 def test_no_command_is_a_usage_error():
     res = fabric()
     assert res.returncode == 2

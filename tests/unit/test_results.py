@@ -61,7 +61,7 @@ def _fake_collisions_run(run_dir: Path, valid: bool) -> None:
     results.write_csv(run_dir / "runs.csv", rows)
     results.write_csv(run_dir / "flows.csv", flows)
     results.write_csv(run_dir / "uplinks.csv", links)
-    results.write_summary(run_dir, "collisions", collisions._table(rows),
+    results.write_summary(run_dir, "collisions", collisions._table(rows, {"rail-clos": 4}),
                           {"valid": valid, "runs": 6, "checks": []},
                           {"balls_into_bins_expectation": 0.684})
 
@@ -80,10 +80,26 @@ def test_collisions_table_aggregates_seeds():
     rows = [{"topology": "t", "policy": "ecmp", "pattern": "stride", "seed": s,
              "norm_throughput": v, "collisions": c, "max_flows_per_link": m}
             for s, v, c, m in ((0, 0.5, 2, 2), (1, 0.7, 4, 3))]
-    (row,) = collisions._table(rows)
+    (row,) = collisions._table(rows, {"t": 4})
     assert row["seeds"] == 2 and row["norm_throughput"] == pytest.approx(0.6)
     assert row["norm_throughput_min"] == 0.5 and row["max_flows_per_link"] == 3
     assert row["collisions"] == 3.0
+    # theory next to the measurement: balls into bins for N=4 paths, and the anchor
+    assert row["theory"] == pytest.approx(1 - (3 / 4) ** 4, abs=1e-4)
+    assert row["anchor"] == "0.60-0.68"
+
+
+def test_collisions_theory_is_for_the_stride_only():
+    assert collisions.expected_throughput("spray", "stride", 4) == 1.0
+    assert collisions.expected_throughput("ecmp", "all-to-all", 4) is None
+
+
+@pytest.mark.parametrize("spec, paths", [("rail-clos", 4), ("rail-clos,spines=3", 3),
+                                         ("fat-tree", 4)])
+def test_paths_between_pods_are_the_top_tier(spec, paths):
+    import topologies
+
+    assert collisions.top_tier_paths(topologies.build(spec)) == paths
 
 
 def test_format_table_labels_invalid_runs():
