@@ -180,6 +180,19 @@ def _table(rows: list[dict[str, Any]], paths: dict[str, int]) -> list[dict[str, 
     return table
 
 
+def flows_per_link(flows: list[dict[str, Any]]) -> dict[tuple[str, str, str], int]:
+    """(pattern, seed, "a>b") -> how many ECMP flows' measured paths cross link a -> b."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for row in flows:
+        if row["policy"] != "ecmp" or not row["path"]:
+            continue
+        hops = row["path"].split("/")
+        for a, b in zip(hops, hops[1:]):
+            key = (row["pattern"], row["seed"], f"{a}>{b}")
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def plot(run_dir: Path) -> list[Path]:
     """Throughput per policy with spread, uplink load heatmap, FCT CDF."""
     plt = plotstyle.pyplot()
@@ -222,6 +235,15 @@ def plot(run_dir: Path) -> list[Path]:
         image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1)
         ax.grid(False)
         ax.set_title(policy)
+        if policy == "ecmp":  # one path per flow: write each link's flow count in its cell
+            counts = flows_per_link(flows)
+            for i, link in enumerate(links):
+                for j, (pattern, seed) in enumerate(keys):
+                    n = counts.get((pattern, seed, link))
+                    if n:
+                        ax.text(j, i, str(n), ha="center", va="center", fontsize=5,
+                                color="black" if grid[i][j] > 0.6 else "white")
+            ax.set_title("ecmp (number: flows on the link)")
         ax.set_xticks(range(len(keys)), [f"{p[:6]} {s}" for p, s in keys], rotation=90,
                       fontsize=6)
         ax.set_xlabel("run (pattern, seed)")

@@ -18,7 +18,7 @@ RC = {
     "xtick.labelsize": 8, "ytick.labelsize": 8, "figure.dpi": 150, "savefig.dpi": 300,
     "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
     "grid.alpha": 0.3, "lines.linewidth": 1.5, "pdf.fonttype": 42, "ps.fonttype": 42,
-    "savefig.bbox": "tight",
+    "savefig.bbox": "tight", "figure.constrained_layout.use": True,
 }
 
 

@@ -55,7 +55,9 @@ def _fake_collisions_run(run_dir: Path, valid: bool) -> None:
                          "seed": seed, "norm_throughput": value + seed / 100,
                          "collisions": 3 if policy == "ecmp" else None,
                          "max_flows_per_link": 2 if policy == "ecmp" else None})
-            flows += [{"policy": policy, "fct_s": 1.0 + i / 10} for i in range(5)]
+            flows += [{"topology": "rail-clos", "policy": policy, "pattern": "stride",
+                       "seed": seed, "id": f"stride/{i}", "bytes": 1000, "fct_s": 1.0 + i / 10,
+                       "path": f"h{i}g0/r0l0/sp{i % 4}/r0l1/h{i + 4}g0"} for i in range(5)]
             links += [{"policy": policy, "pattern": "stride", "seed": seed,
                        "link": f"r0l0>sp{i}", "share": 0.25} for i in range(4)]
     results.write_csv(run_dir / "runs.csv", rows)
@@ -87,6 +89,16 @@ def test_collisions_table_aggregates_seeds():
     # theory next to the measurement: balls into bins for N=4 paths, and the anchor
     assert row["theory"] == pytest.approx(1 - (3 / 4) ** 4, abs=1e-4)
     assert row["anchor"] == "0.60-0.68"
+
+
+def test_flows_per_link_counts_ecmp_paths_only():
+    flows = [{"policy": "ecmp", "pattern": "stride", "seed": "0", "path": "h0/l0/s1/l1/h4"},
+             {"policy": "ecmp", "pattern": "stride", "seed": "0", "path": "h1/l0/s1/l1/h5"},
+             {"policy": "ecmp", "pattern": "stride", "seed": "0", "path": ""},
+             {"policy": "spray", "pattern": "stride", "seed": "0", "path": "h0/l0/s1/l1/h4"}]
+    counts = collisions.flows_per_link(flows)
+    assert counts[("stride", "0", "l0>s1")] == 2 and counts[("stride", "0", "h0>l0")] == 1
+    assert ("stride", "0", "s1>l0") not in counts
 
 
 def test_collisions_theory_is_for_the_stride_only():
