@@ -128,8 +128,8 @@ def scale_for_host_rate(graph: nx.Graph, host_mbps: float) -> float:
     return host_mbps / fastest
 
 
-def plan_rates(graph: nx.Graph, host_mbps: float | None = None,
-               datapath: str = "user", busy_links: int | None = None) -> RatePlan:
+def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = "user",
+               busy_links: int | None = None, enforce_budget: bool = True) -> RatePlan:
     """Scale every link and check the fabric fits this machine.
 
     Parameters
@@ -144,6 +144,9 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None,
     busy_links : int, optional
         How many endpoint links the workload keeps busy at once; None (all
         of them) checks the fabric's full load.
+    enforce_budget : bool
+        False lets a benchmark go beyond the forwarding budget (to measure
+        where fidelity breaks); the plan's ``headroom`` is then below 1.
 
     Raises
     ------
@@ -173,7 +176,7 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None,
     demand = (_injected_bps(graph, host_mbps, busy_links) / FULL_PACKET_BITS
               * mean_switch_hops(graph))
     budget = forwarding_budget(ports, datapath)
-    if demand > budget:
+    if demand > budget and enforce_budget:
         fits = int(host_mbps * budget / demand * 10) / 10  # round down: it is a maximum
         if fits < MIN_SHAPED_MBPS:
             raise CapacityError(

@@ -78,6 +78,7 @@ class EmulationOptions:
     lanes: LaneConfig = SINGLE_LANE
     adaptive: AdaptiveParams = AdaptiveParams()
     busy_links: int | None = None  # endpoint links the workload loads at once (None: all)
+    enforce_budget: bool = True  # False only to benchmark beyond the forwarding budget
 
 
 @dataclass
@@ -165,8 +166,9 @@ class Emulation:
     def _check_before_changes(self) -> None:
         datapath = ovs.choose_datapath(self.options.datapath)
         self.report.datapath = datapath
-        self.report.rate_plan = capacity.plan_rates(self.graph, self.options.host_mbps, datapath,
-                                                      self.options.busy_links)
+        self.report.rate_plan = capacity.plan_rates(
+            self.graph, self.options.host_mbps, datapath, self.options.busy_links,
+            self.options.enforce_budget)
         system.preflight()
         if self.options.policy not in POLICIES:
             raise EmulationError(f"unknown routing policy {self.options.policy!r} "

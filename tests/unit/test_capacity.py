@@ -114,6 +114,14 @@ def test_suggested_maximum_is_safe_and_tight(spec):
         plan_rates(graph, fits + 0.1)
 
 
+def test_a_benchmark_may_go_beyond_the_budget():
+    graph = topologies.build("rail-clos")
+    plan = plan_rates(graph, 6.0, enforce_budget=False)
+    assert plan.headroom < 1
+    with pytest.raises(CapacityError, match="Mbit/s"):  # shaping limits still hold
+        plan_rates(graph, 5000.0, enforce_budget=False)
+
+
 def test_a_fabric_too_large_for_any_rate_says_so():
     graph = topologies.build("rail-clos,servers=256,gpus=2,servers_per_leaf=32,spines=16")
     with pytest.raises(CapacityError, match="smaller fabric") as info:
