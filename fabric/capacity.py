@@ -14,13 +14,14 @@ packets wait less than 1 ms on average in ovs-vswitchd's receive sockets.
 On a 2-core VM the default rail-clos (48 ports) held that at 3 Mbit/s per
 host (~12 k packet-hops/s: 0.28-0.80 ms over 8 runs), was marginal at 3.5
 (0.35-1.17 ms) and 4.5 (0.6-2.3 ms) and failed at 6 (1.3-1.6 ms); the
-budget keeps rail-clos at 3 Mbit/s. A TCP permutation under per-flow ECMP seemed to
-carry twice as much, but its hash collisions left links idle, so it never
-offered the full load. Loss-based ceilings (up to ~120 k packet-hops/s in
-DESIGN.md) overstate what is faithful by far more: OVS delays packets by
-milliseconds long before it drops any. The budget is therefore flat,
-``USERSPACE_BUDGET_PKT_HOPS`` full-size packet-hops per second, whatever
-the port count (up to ``MAX_USERSPACE_PORTS``).
+budget keeps rail-clos at 3 Mbit/s. A TCP permutation under per-flow ECMP
+seemed to carry twice as much, but its hash collisions left links idle, so
+it never offered the full load. Loss-based ceilings (up to ~120 k
+packet-hops/s in DESIGN.md) overstate what is faithful by far more: OVS
+delays packets by milliseconds long before it drops any. One thread
+forwards whatever the port count (DESIGN.md saw no per-port cost from 48
+to 640 ports), so the budget is flat: ``USERSPACE_BUDGET_PKT_HOPS``
+full-size packet-hops per second, up to ``MAX_USERSPACE_PORTS`` ports.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class RatePlan:
 
 def forwarding_budget(switch_ports: int, datapath: str) -> float:
     """Full-size packet-hops per second the datapath forwards faithfully."""
-    del switch_ports  # measured flat from 48 to 640 ports (module docstring)
+    del switch_ports  # flat in port count (module docstring)
     return USERSPACE_BUDGET_PKT_HOPS * (KERNEL_BUDGET_FACTOR if datapath == "kernel" else 1.0)
 
 

@@ -6,8 +6,9 @@ Checks, each with its measured value and threshold:
   sockets: the mean sampled backlog over the rate at which the switch
   ports receive (Little's law). The kernel accounts the backlog in skb
   truesize (a full-size frame takes 2304 bytes, a 60-byte ACK 832), so the
-  arrival rate is converted to the same unit. A datapath that keeps up drains them every loop;
-  one that falls behind lets them fill, delaying and then dropping packets
+  arrival rate is converted to the same unit. The backlog is sampled every
+  20 ms from /proc/net/packet. A datapath that keeps up drains them every
+  loop; one that falls behind lets them fill, delaying and then dropping packets
   unseen. (The busiest ovs-vswitchd thread's CPU share is reported too, but
   is no verdict: the userspace datapath polls its sockets busily and shows
   near 100 % with a single 20 Mbit/s flow.)
@@ -101,13 +102,14 @@ def input_delay_check(mean_backlog: float, rx_bytes: int, rx_packets: int,
     elapsed_s : float
         Length of the run.
     """
-    arrivals = truesize_bytes(rx_bytes, rx_packets) / elapsed_s if elapsed_s > 0 else 0.0
+    elapsed_s = max(elapsed_s, 1e-6)
+    arrivals = truesize_bytes(rx_bytes, rx_packets) / elapsed_s
     delay_ms = mean_backlog / arrivals * 1e3 if arrivals > 0 else 0.0
     return Check("ovs_input_delay_ms", round(delay_ms, 3), MAX_OVS_INPUT_DELAY_MS,
                  delay_ms <= MAX_OVS_INPUT_DELAY_MS,
                  f"mean backlog {mean_backlog:.0f} bytes of skb memory while the switches "
-                 f"received {rx_bytes * 8 / elapsed_s / 1e6 if elapsed_s > 0 else 0:.1f} "
-                 f"Mbit/s in {rx_packets / elapsed_s if elapsed_s > 0 else 0:.0f} packets/s")
+                 f"received {rx_bytes * 8 / elapsed_s / 1e6:.1f} Mbit/s in "
+                 f"{rx_packets / elapsed_s:.0f} packets/s")
 
 
 class FidelityMonitor:
