@@ -131,6 +131,8 @@ class RoceEngine(Engine):
         self._reply: dict[int, tuple[socket.socket, tuple[str, int], int]] = {}
         self._ack_pending: dict[int, RecvQP] = {}
         self._own: set[socket.socket] = set()  # every socket we opened, until closed
+        # per-packet entropy: (src, dst, dscp, ports) -> sockets shared by its transfers
+        self.pools: dict[tuple, list[socket.socket]] = {}
         size = bth.BTH_LEN + spec.mtu_payload + 3 + bth.ICRC_LEN
         self._tx = bytearray(size)  # header rewritten per packet; payload and ICRC stay zero
         self._txview = memoryview(self._tx)
@@ -169,13 +171,19 @@ class RoceEngine(Engine):
     def _sender_sockets(self, record: TransferRecord) -> list[socket.socket]:
         """Sockets on the planned source ports, connected to the receiver.
 
-        A planned port that is busy is replaced by an ephemeral one and
-        reported in :attr:`warnings` (that flow's hash, hence path, then
+        With per-packet entropy every transfer to the same receiver address
+        and class gets the same planned ports: their sockets are opened once
+        and kept in :attr:`pools` (ACKs name their queue pair, so sharing is
+        safe). A planned port that is busy is replaced by an ephemeral one
+        and reported in :attr:`warnings` (that flow's hash, hence path, then
         differs from what the plan's seed predicts).
         """
         t = record.transfer
         count = self.spec.entropy_ports if self.spec.entropy == "packet" else 1
         ports = tuple(self.source_ports.get(("roce", t.id), ())) or (0,) * count
+        pool_key = (record.src_ip, record.dst_ip, t.dscp, ports)
+        if self.spec.entropy == "packet" and pool_key in self.pools:
+            return self.pools[pool_key]
         socks: list[socket.socket] = []
         for port in ports:
             sock = self._udp_socket(t.dscp << 2)
@@ -192,6 +200,8 @@ class RoceEngine(Engine):
             # anything that is not from the receiver
             sock.connect((record.dst_ip, self.config.port))
             self.loop.register(sock, 1, functools.partial(self._on_ack_socket, sock))
+        if self.spec.entropy == "packet" and any(ports):
+            self.pools[pool_key] = socks
         return socks
 
     def _pacer(self, src_ip: str, now: float) -> _Pacer:
@@ -292,6 +302,8 @@ class RoceEngine(Engine):
             sender.pacer.active.remove(sender)
         except ValueError:
             pass
+        if sender.sockets in self.pools.values():
+            return  # a shared pool: closed with the engine
         for sock in sender.sockets:
             self.loop.unregister(sock)
             sock.close()
@@ -472,3 +484,4 @@ class RoceEngine(Engine):
             sock.close()
         self._own.clear()
         self.listeners.clear()
+        self.pools.clear()

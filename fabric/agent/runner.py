@@ -103,7 +103,7 @@ class Agent:
             for dep in record.transfer.after:
                 self.waiting.setdefault(dep, []).append(record)
         ports = source_ports(plan, host).get(host, {})
-        _raise_fd_limit()  # packet entropy holds entropy_ports sockets per transfer
+        _raise_fd_limit()  # packet entropy holds entropy_ports sockets per peer
         tcp = TcpEngine(self.loop, plan.transport, self.addresses, self._done, self._fail,
                         self.options.tcp, ports)
         roce = RoceEngine(self.loop, plan.transport, self.addresses, self._done, self._fail,

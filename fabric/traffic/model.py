@@ -232,31 +232,41 @@ def source_ports(plan: Plan, host: str | None = None) -> dict[str, dict[tuple, t
     Returns ``{src: {key: ports}}``: for TCP, key is a connection key (see
     :func:`tcp_connection_keys`) with one port; for roce, key is
     ``("roce", transfer id)`` with one port (``entropy="flow"``) or
-    ``entropy_ports`` ports (``"packet"``). The ports decide the 5-tuples,
+    ``entropy_ports`` ports (``"packet"``; every transfer to the same
+    destination address in the same class shares one set, as a NIC's queue
+    pair to that peer, so a collective of many steps opens its sockets
+    once). The ports decide the 5-tuples,
     hence every ECMP hash: the same plan and seed take the same paths.
     ``host`` limits the work to one sender (each host's ports depend only
     on its own transfers).
     """
     spec = plan.transport
-    keys: dict[str, list[tuple[tuple, int]]] = {}
+    # (key, the port set it uses, ports in that set)
+    keys: dict[str, list[tuple[tuple, tuple, int]]] = {}
     for t in plan.transfers:
         if host is not None and t.src != host:
             continue
         if spec.kind == "tcp":
-            wanted = [(key, 1) for key in tcp_connection_keys(plan, t)]
+            wanted = [(key, key, 1) for key in tcp_connection_keys(plan, t)]
+        elif spec.entropy == "packet":
+            pool = ("roce-pool", t.dst, t.dst_ip or "", t.dscp)
+            wanted = [(("roce", t.id), pool, spec.entropy_ports)]
         else:
-            wanted = [(("roce", t.id), spec.entropy_ports if spec.entropy == "packet" else 1)]
+            wanted = [(("roce", t.id), ("roce", t.id), 1)]
         keys.setdefault(t.src, []).extend(wanted)
     ports: dict[str, dict[tuple, tuple[int, ...]]] = {}
     for src, wanted in keys.items():
         rng = random.Random(f"{plan.port_seed}:{src}")
         free = list(SOURCE_PORTS)
         rng.shuffle(free)
-        mine: dict[tuple, tuple[int, ...]] = {}
-        for key, count in sorted(set(wanted), key=repr):
-            if key not in mine:
-                mine[key] = tuple(free.pop() for _ in range(count))
-        ports[src] = mine
+        sets: dict[tuple, tuple[int, ...]] = {}
+        for _, pool, count in sorted(set(wanted), key=repr):
+            if pool not in sets:
+                if count > len(free):
+                    raise ScheduleError(f"{src} needs more than the {len(SOURCE_PORTS)} "
+                                        f"planned source ports; use fewer entropy_ports")
+                sets[pool] = tuple(free.pop() for _ in range(count))
+        ports[src] = {key: sets[pool] for key, pool, _ in wanted}
     return ports
 
 

@@ -23,7 +23,7 @@ from fabric.agent.records import SEND, TransferRecord
 from fabric.agent.roce import RoceEngine
 from fabric.agent.roce_recv import RecvQP
 from fabric.agent.roce_send import SendQP
-from fabric.traffic.model import Plan, Transfer, TransportSpec, source_ports
+from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec, source_ports
 
 
 def _ip(hosts: dict[str, list[str]], name: str) -> str:
@@ -298,6 +298,44 @@ def test_roce_delivers_every_byte(tmp_path: Path):
     result = runs["b"].result
     assert result["roce"]["bytes_received"] == 1_000_001
     assert result["roce"]["unknown_qp"] == 0 and result["errors"] == []
+
+
+def test_sprayed_transfers_to_one_peer_share_their_entropy_ports():
+    hosts = loopback_hosts(["a", "b", "c"])
+    transfers = [Transfer("s1", "a", "b", 10), Transfer("s2", "a", "b", 10, after=("s1",)),
+                 Transfer("s3", "a", "c", 10), Transfer("s4", "a", "b", 10, dscp=26)]
+    sprayed = Plan(transfers, hosts, TransportSpec("roce", entropy="packet", entropy_ports=8))
+    ports = source_ports(sprayed)["a"]
+    assert ports[("roce", "s1")] == ports[("roce", "s2")] and len(ports[("roce", "s1")]) == 8
+    # another peer or another traffic class: its own set
+    assert not set(ports[("roce", "s1")]) & set(ports[("roce", "s3")])
+    assert not set(ports[("roce", "s1")]) & set(ports[("roce", "s4")])
+    per_flow = source_ports(Plan(transfers, hosts, TransportSpec("roce")))["a"]
+    assert len({per_flow[("roce", t.id)] for t in transfers}) == 4   # one port each
+
+
+def test_too_many_entropy_ports_is_a_schedule_error():
+    hosts = loopback_hosts(["a"] + [f"p{i}" for i in range(30)])
+    transfers = [Transfer(f"t{i}", "a", f"p{i}", 10) for i in range(30)]
+    plan = Plan(transfers, hosts, TransportSpec("roce", entropy="packet", entropy_ports=1024))
+    with pytest.raises(ScheduleError, match="entropy_ports"):
+        source_ports(plan)
+
+
+def test_a_collective_of_many_steps_reuses_one_socket_pool(tmp_path: Path):
+    hosts = loopback_hosts(["a", "b"])
+    steps = [Transfer(f"s{i}", "a", "b", 20_000, after=(f"s{i - 1}",) if i else ())
+             for i in range(6)]
+    plan = Plan(steps, hosts, TransportSpec("roce", rate_mbps=100, entropy="packet",
+                                            entropy_ports=16),
+                start_at=time.time() + 0.6, deadline_s=8)
+    runs = run_plan(plan, tmp_path)
+    assert {h: r.returncode for h, r in runs.items()} == {"a": 0, "b": 0}, \
+        [r.stderr for r in runs.values()]
+    used = {tuple(_row(runs["a"], t.id, "send")["src_ports"]) for t in steps}
+    assert len(used) == 1 and len(next(iter(used))) == 16
+    for t in steps:
+        assert _row(runs["b"], t.id, "recv")["bytes"] == 20_000
 
 
 @pytest.mark.parametrize("entropy", ["packet", "flow"])
