@@ -42,3 +42,7 @@ class Engine:
         self.config = config
         self.source_ports = source_ports or {}
         self.warnings: list[str] = []
+
+    def prepare_send(self, record: TransferRecord) -> None:
+        """Set up what a planned send needs before the common start (default: nothing)."""
+        del record

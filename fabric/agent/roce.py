@@ -220,6 +220,15 @@ class RoceEngine(Engine):
                     self.config.ack_every, self.config.ack_delay_s)
         self.receivers[record.qpn] = (record, qp)
 
+    def prepare_send(self, record: TransferRecord) -> None:
+        """Open a sprayed send's shared entropy sockets now, not in the measured run
+        (an all-to-all needs thousands); a failure is reported when it starts."""
+        if self.spec.entropy == "packet":
+            try:
+                self._sender_sockets(record)
+            except OSError:
+                pass
+
     def start_send(self, record: TransferRecord, now: float) -> None:
         """Open the queue pair of ``record`` (src_ip/dst_ip set) and start pacing it."""
         t = record.transfer

@@ -120,6 +120,8 @@ class Agent:
         for record in self.records:
             if record.role == RECV:
                 self.engine.add_recv(record)
+            elif self._resolve(record) is None:
+                self.engine.prepare_send(record)  # before start_at, as a NIC sets up its QPs
         self.loop.add_service(roce.service)  # pacing, loss timers, delayed ACKs
         self.loop.add_service(self._service)
         return True
@@ -189,15 +191,21 @@ class Agent:
             if not record.transfer.after:
                 self._start(record)
 
-    def _start(self, record: TransferRecord) -> None:
-        t = record.transfer
-        record.ready = time.time()
+    def _resolve(self, record: TransferRecord) -> str | None:
+        """Set the record's addresses (the model's rule); the reason if it has none."""
         try:
-            record.dst_ip = addressing.destination_address(self.plan, t)  # model's rule
+            record.dst_ip = addressing.destination_address(self.plan, record.transfer)
             record.src_ip = addressing.source_address(self.plan.hosts[self.host],
                                                       record.dst_ip)
         except ValueError as exc:
-            self._fail(record, f"no address: {exc}")
+            return f"no address: {exc}"
+        return None
+
+    def _start(self, record: TransferRecord) -> None:
+        record.ready = time.time()
+        problem = self._resolve(record)
+        if problem:
+            self._fail(record, problem)
             return
         assert self.engine is not None
         self.engine.start_send(record, time.monotonic())

@@ -322,6 +322,26 @@ def test_too_many_entropy_ports_is_a_schedule_error():
         source_ports(plan)
 
 
+def test_sprayed_sockets_are_opened_before_the_start():
+    loop = EventLoop()
+    spec = TransportSpec("roce", rate_mbps=10, entropy="packet", entropy_ports=8)
+    ports = tuple(range(21000, 21008))
+    engine = RoceEngine(loop, spec, ["127.0.0.1"], lambda r: None, lambda r, m: None,
+                        source_ports={("roce", "t1"): ports, ("roce", "t2"): ports})
+    try:
+        records = [TransferRecord(Transfer(tid, "a", "b", 1000), SEND, qpn=0x100 + i)
+                   for i, tid in enumerate(("t1", "t2"))]
+        for record in records:
+            record.src_ip, record.dst_ip = "127.0.0.1", "127.0.0.2"
+            engine.prepare_send(record)
+        (pool,) = engine.pools.values()
+        assert sorted(sock.getsockname()[1] for sock in pool) == list(ports)
+        engine.start_send(records[1], time.monotonic())
+        assert engine.senders[0x101].sockets is pool
+    finally:
+        engine.close()
+
+
 def test_a_collective_of_many_steps_reuses_one_socket_pool(tmp_path: Path):
     hosts = loopback_hosts(["a", "b"])
     steps = [Transfer(f"s{i}", "a", "b", 20_000, after=(f"s{i - 1}",) if i else ())
