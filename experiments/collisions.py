@@ -22,7 +22,7 @@ import topologies
 from experiments.common import (Progress, RunContext, fidelity_of, flow_goodputs,
                                 idle_check, run_checks, stride_transfers, traffic_run)
 from fabric import graph as fg
-from fabric import plotstyle, results
+from fabric import capacity, plotstyle, results
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
@@ -36,6 +36,17 @@ POLICIES = ("ecmp", "spray", "adaptive")
 PATTERNS = ("stride", "ring-allreduce", "all-to-all")
 # Many entropy values even out the hash: 64 split one flow 17-31 % over 4 paths.
 ENTROPY_PORTS = 256
+# Per-rank buffer of the collectives, in seconds of the host link at line
+# rate. A ring all-reduce moves it in 2(N-1) dependent steps of 1/N of it
+# each: at 3 s a step is ~50 packets, long against the per-step latency (tens
+# of ms at these rates), so the ring measures bandwidth, not latency; an
+# all-to-all then runs long against the agents' start and exit.
+BUFFER_S = 3.0
+# Host rate of each pattern, as a share of the fabric's full-load rate. An
+# all-to-all keeps 15 queue pairs busy in every agent; their per-QP ACKs and
+# timers cost the agents enough CPU to starve OVS at the full rate (mean
+# input delay 0.8-2.2 ms at 2-3 Mbit/s on rail-clos, 0.4-0.5 ms at 1.5).
+RATE_SHARE = {"stride": 1.0, "ring-allreduce": 1.0, "all-to-all": 0.5}
 
 
 def _topologies(ctx: RunContext) -> list[str]:
@@ -51,7 +62,7 @@ def _transfers(graph: Any, pattern: str, seed: int, host_mbps: float):
         nbytes = int(host_mbps * 1e6 / 8 * 1.5)  # 1.5 s at line rate
         return stride_transfers(graph, ranks, nbytes), ranks, None
     ranks = rank_hosts(graph, placement="random", seed=seed)
-    size = int(host_mbps * 1e6 / 8 * 0.75)
+    size = int(host_mbps * 1e6 / 8 * BUFFER_S)
     return collectives.generate(pattern, ranks, size), ranks, size
 
 
@@ -79,53 +90,62 @@ def _uplink_loads(graph: Any, result: Any) -> dict[str, float]:
     return loads
 
 
+def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps: float,
+                 patterns: list[str], seeds: list[int], progress: Progress,
+                 out: dict[str, list]) -> None:
+    """One fabric at one rate: the idle check, then every pattern x seed run on it."""
+    transport = TransportSpec("roce", entropy="flow" if policy == "ecmp" else "packet",
+                              entropy_ports=ENTROPY_PORTS)
+    with Emulation(graph, EmulationOptions(policy=policy, host_mbps=host_mbps)) as emu:
+        host_mbps = emu.report.rate_plan.host_mbps
+        idle = idle_check(emu, transport,
+                          ctx.run_dir / "work" / f"{spec}-{policy}-{host_mbps:g}-idle")
+        for pattern in patterns:
+            for seed in seeds:
+                progress.step(f"{spec} {policy} {pattern} seed {seed}")
+                transfers, ranks, size = _transfers(graph, pattern, seed, host_mbps)
+                workdir = ctx.run_dir / "work" / f"{spec}-{policy}-{pattern}-{seed}"
+                result = traffic_run(emu, transfers, transport, workdir, seed)
+                report = fidelity_of(result, [idle])
+                out["reports"].append(report)
+                coll = flow_collisions(result) if policy == "ecmp" else None
+                keys = {"topology": spec, "policy": policy, "pattern": pattern, "seed": seed}
+                out["rows"].append({
+                    **keys, "host_mbps": host_mbps,
+                    "norm_throughput": round(_norm_throughput(
+                        pattern, result, ranks, size, host_mbps), 4),
+                    # sprayed flows take every path: collisions are not defined
+                    "collisions": coll.count if coll else None,
+                    "max_flows_per_link": coll.max_flows_per_link if coll else None,
+                    "complete": result.complete, "valid": report["valid"],
+                    **run_checks(report)})
+                out["flows"] += [{**keys, "id": r["id"], "bytes": r["bytes"],
+                                  "fct_s": r["fct_s"], "path": "/".join(r["path"] or [])}
+                                 for r in result.transfer_rows()]
+                out["links"] += [{**keys, "link": link, "share": round(load, 4)}
+                                 for link, load in _uplink_loads(graph, result).items()]
+
+
 def run(ctx: RunContext) -> dict[str, Any]:
     """Run every topology x policy x pattern x seed; write CSVs and the summary."""
     seeds = ctx.seed_list(quick_default=2, full_default=10)
     patterns = ("stride",) if ctx.quick else PATTERNS
     topos = _topologies(ctx)
     progress = Progress(len(topos) * len(POLICIES) * len(patterns) * len(seeds), NAME)
-    rows, flow_rows, link_rows, reports = [], [], [], []
+    out: dict[str, list] = {"rows": [], "flows": [], "links": [], "reports": []}
     for spec in topos:
         graph = topologies.build(spec)
+        base_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph)
         for policy in POLICIES:
-            transport = TransportSpec("roce", entropy="flow" if policy == "ecmp" else "packet",
-                                      entropy_ports=ENTROPY_PORTS)
-            options = EmulationOptions(policy=policy, host_mbps=ctx.host_mbps)
-            with Emulation(graph, options) as emu:
-                host_mbps = emu.report.rate_plan.host_mbps
-                idle = idle_check(emu, transport, ctx.run_dir / "work" / f"{spec}-{policy}-idle")
-                for pattern in patterns:
-                    for seed in seeds:
-                        progress.step(f"{spec} {policy} {pattern} seed {seed}")
-                        transfers, ranks, size = _transfers(graph, pattern, seed, host_mbps)
-                        workdir = ctx.run_dir / "work" / f"{spec}-{policy}-{pattern}-{seed}"
-                        result = traffic_run(emu, transfers, transport, workdir, seed)
-                        report = fidelity_of(result, [idle])
-                        reports.append(report)
-                        coll = flow_collisions(result) if policy == "ecmp" else None
-                        rows.append({
-                            "topology": spec, "policy": policy, "pattern": pattern,
-                            "seed": seed, "host_mbps": host_mbps,
-                            "norm_throughput": round(_norm_throughput(
-                                pattern, result, ranks, size, host_mbps), 4),
-                            # sprayed flows take every path: collisions are not defined
-                            "collisions": coll.count if coll else None,
-                            "max_flows_per_link": coll.max_flows_per_link if coll else None,
-                            "complete": result.complete, "valid": report["valid"],
-                            **run_checks(report)})
-                        flow_rows += [{"topology": spec, "policy": policy, "pattern": pattern,
-                                       "seed": seed, "id": r["id"], "bytes": r["bytes"],
-                                       "fct_s": r["fct_s"],
-                                       "path": "/".join(r["path"] or [])}
-                                      for r in result.transfer_rows()]
-                        link_rows += [{"topology": spec, "policy": policy, "pattern": pattern,
-                                       "seed": seed, "link": link, "share": round(share, 4)}
-                                      for link, share in _uplink_loads(graph, result).items()]
+            for share in sorted({RATE_SHARE[p] for p in patterns}, reverse=True):
+                mine = [p for p in patterns if RATE_SHARE[p] == share]
+                _one_bringup(ctx, spec, graph, policy, base_mbps * share, mine, seeds,
+                             progress, out)
+    rows = out["rows"]
     results.write_csv(ctx.run_dir / "runs.csv", rows)
-    results.write_csv(ctx.run_dir / "flows.csv", flow_rows)
-    results.write_csv(ctx.run_dir / "uplinks.csv", link_rows)
-    fid = results.merge_fidelity(reports)
+    results.write_csv(ctx.run_dir / "flows.csv", out["flows"])
+    results.write_csv(ctx.run_dir / "uplinks.csv", out["links"])
+    fid = results.merge_fidelity(out["reports"])
     paths = {spec: top_tier_paths(topologies.build(spec)) for spec in topos}
     table = _table(rows, paths)
     spines = paths[topos[0]]
@@ -137,7 +157,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                                        "spray": ">= 90 % (vendor: 95 % vs 60 %)"}})
     return {"table": table, "fidelity": fid, "seeds": seeds,
             "parameters": {"topologies": topos, "patterns": patterns, "policies": POLICIES,
-                           "transport": "roce", "host_mbps": ctx.host_mbps or "auto"},
+                           "transport": "roce", "host_mbps": ctx.host_mbps or "auto",
+                           "rate_share": {p: RATE_SHARE[p] for p in patterns}},
             "notes": [f"balls-into-bins expectation 1-(1-1/N)^N for N={spines} paths: "
                       f"{expected:.3f}"]}
 
