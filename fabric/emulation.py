@@ -26,7 +26,7 @@ import networkx as nx
 
 from fabric import capacity, hostconfig, ovs, runstate, shaping, system
 from fabric import graph as fg
-from fabric.adaptive import AdaptiveParams
+from fabric.adaptive import AdaptiveParams, params_for_rate
 from fabric.ctlconfig import ControllerConfig, controller_config_to_dict
 from fabric.lanes import SINGLE_LANE, LaneConfig
 from fabric.policies import POLICIES
@@ -76,7 +76,7 @@ class EmulationOptions:
     datapath: str = "auto"
     controller_port: int = 6653
     lanes: LaneConfig = SINGLE_LANE
-    adaptive: AdaptiveParams = AdaptiveParams()
+    adaptive: AdaptiveParams | None = None  # None: timing scaled to the host rate
     busy_links: int | None = None  # endpoint links the workload loads at once (None: all)
     enforce_budget: bool = True  # False only to benchmark beyond the forwarding budget
 
@@ -206,7 +206,7 @@ class Emulation:
         config = self.workdir / "controller-config.json"
         config.write_text(json.dumps(controller_config_to_dict(ControllerConfig(
             self.options.lanes, self.report.rate_plan.scale_mbps_per_gbps,
-            self.options.adaptive))))
+            self.options.adaptive or params_for_rate(self.report.rate_plan.host_mbps)))))
         log = open(self.workdir / "controller.log", "wb")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))

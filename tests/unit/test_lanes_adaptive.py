@@ -6,7 +6,8 @@ import pytest
 
 import topologies
 from fabric import graph as fg
-from fabric.adaptive import AdaptiveBalancer, AdaptiveConfigError, AdaptiveParams
+from fabric.adaptive import (AdaptiveBalancer, AdaptiveConfigError, AdaptiveParams,
+                             params_for_rate)
 from fabric.ctlconfig import (ControllerConfigError, controller_config_from_dict,
                               controller_config_to_dict)
 from fabric.lanes import (THREE_LANES, LaneConfigError, lane_config_from_dict,
@@ -126,3 +127,12 @@ def test_drops_count_as_a_full_port(balancer):
     feed(bal, ups, rate, 0.1, totals, [0.1, 0.1, 0.1, 0.1], drops={ups[2]: 5})
     assert bal.utilisation(LEAF, ups[2]) == 1.0
     assert bal.weights(LEAF)[ups][ups[2]] == 50
+
+
+def test_adaptive_timing_scales_with_the_emulated_rate():
+    slow, fast = params_for_rate(3.0), params_for_rate(12.0)
+    assert slow.interval_s == pytest.approx(0.4) and slow.hold_s == pytest.approx(2.0)
+    assert fast.interval_s == pytest.approx(0.1)
+    assert params_for_rate(100.0).interval_s == 0.1          # never below the default
+    with pytest.raises(AdaptiveConfigError):
+        params_for_rate(0.0)
