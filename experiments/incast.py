@@ -12,9 +12,9 @@ the Linux default, vs 10; set on every endpoint before each run) and
 The stripe scales with the emulated link rate (DESIGN.md section 3):
 ``64 KiB * host_mbps / 100`` (at least one segment), so a round lasts as
 long, in seconds, as a 64 KiB stripe at 100 Mbit/s. Only the client's link
-is busy, so the fabric runs at 15 Mbit/s per host (``DEFAULT_HOST_MBPS``),
-where a stripe is 7 segments and a round's first flights overflow a
-32-packet buffer from 5 senders on.
+is busy, so the fabric runs at 12 Mbit/s per host (``DEFAULT_HOST_MBPS``),
+where a stripe is 6 segments and a round's first flights overflow a
+32-packet buffer from 6 senders on.
 
 Published anchor (DESIGN.md, 64 KB blocks, 32-packet buffer, 200 ms RTO,
 100 Mbit/s): 92 -> 42 -> 44 -> 21 -> 25 -> 29 Mbit/s at 1/2/4/8/12/16
@@ -58,8 +58,8 @@ DEFAULT_RTO_MS = 200  # Linux's TCP_RTO_MIN
 BUSY_LINKS = 1
 # ...but each round starts with every sender's first flight at once: OVS
 # sees senders x the host rate for a moment. With 16 senders the mean input
-# delay was 0.86 ms at 20 Mbit/s (threshold 1 ms) and 0.58 ms at 15.
-DEFAULT_HOST_MBPS = 15.0
+# delay reached 0.86 ms at 20 Mbit/s (threshold 1 ms) and 0.84 ms at 15.
+DEFAULT_HOST_MBPS = 12.0
 SEGMENT_BYTES = 1448
 INITIAL_WINDOW = 10  # segments a new (or idle-restarted) TCP connection sends at once
 IDLE_BYTES = 1_000_000  # what the runner's idle-path check sends
