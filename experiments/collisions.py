@@ -223,25 +223,30 @@ def plot(run_dir: Path) -> list[Path]:
     flows = results.read_csv(run_dir / "flows.csv")
     uplinks = results.read_csv(run_dir / "uplinks.csv")
     written = []
-    combos = sorted({(r["topology"], r["pattern"]) for r in runs})
-    fig, axes = plt.subplots(1, len(combos), figsize=(3.3 * len(combos), 2.6), squeeze=False)
-    for ax, (topo, pattern) in zip(axes[0], combos):
-        for i, policy in enumerate(POLICIES):
-            values = [float(r["norm_throughput"]) for r in runs
-                      if r["topology"] == topo and r["pattern"] == pattern
-                      and r["policy"] == policy]
-            if not values:
-                continue
-            ax.boxplot(values, positions=[i], widths=0.5, showfliers=False)
-            ax.scatter([i] * len(values), values, s=10, color=plotstyle.colour(policy),
-                       zorder=3, label=policy)
-        ax.axhline(summary["balls_into_bins_expectation"], ls="--", color="grey", lw=1,
-                   label="1-(1-1/N)$^N$")
-        ax.set_xticks(range(len(POLICIES)), POLICIES)
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("throughput / line rate")
-        ax.set_title(f"{pattern} on {topo}")
-    axes[0][0].legend(loc="lower right")
+    topos = sorted({r["topology"] for r in runs}, reverse=True)  # rail-clos first
+    patterns = [p for p in PATTERNS if any(r["pattern"] == p for r in runs)]
+    fig, axes = plt.subplots(len(topos), len(patterns),
+                             figsize=(3.0 * len(patterns), 2.4 * len(topos)), squeeze=False,
+                             sharey=True)
+    for row, topo in zip(axes, topos):
+        for ax, pattern in zip(row, patterns):
+            for i, policy in enumerate(POLICIES):
+                values = [float(r["norm_throughput"]) for r in runs
+                          if r["topology"] == topo and r["pattern"] == pattern
+                          and r["policy"] == policy]
+                if not values:
+                    continue
+                ax.boxplot(values, positions=[i], widths=0.5, showfliers=False)
+                ax.scatter([i] * len(values), values, s=10, color=plotstyle.colour(policy),
+                           zorder=3, label=policy)
+            if pattern == "stride":  # the balls-into-bins theory is for the permutation
+                ax.axhline(summary["balls_into_bins_expectation"], ls="--", color="grey",
+                           lw=1, label="ECMP theory 1-(1-1/N)$^N$")
+            ax.set_xticks(range(len(POLICIES)), POLICIES)
+            ax.set_ylim(0, 1.05)
+            ax.set_title(f"{pattern} on {topo}")
+        row[0].set_ylabel("throughput / line rate")
+    axes[0][0].legend(loc="lower right", fontsize=6)
     written += plotstyle.save(fig, run_dir, "throughput", valid)
 
     links = sorted({r["link"] for r in uplinks})
