@@ -116,7 +116,8 @@ def draw_png(graph: nx.Graph, path: str | Path, dpi: int = 150) -> Path:
         for side in ("top", "right", "bottom"):
             ax.spines[side].set_visible(False)
         ax.set_title(graph.graph.get("spec") or graph.graph.get("name") or "fabric", fontsize=9)
-        fig.tight_layout()
+        if not fig.get_constrained_layout():  # the experiments' style lays out by itself
+            fig.tight_layout()
         path = Path(path)
         fig.savefig(path, dpi=dpi)
     finally:
