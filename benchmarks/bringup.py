@@ -15,7 +15,7 @@ import time
 
 import topologies
 from fabric.emulation import Emulation, EmulationOptions
-from fabric.reachability import check_all_pairs
+from fabric.emulation.reachability import check_all_pairs
 
 
 def main() -> None:

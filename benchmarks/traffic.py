@@ -10,7 +10,7 @@ Prints, per fabric:
   (roce, the default) so that every link carries full load, or as TCP
   flows under ECMP; with the fidelity checks (OVS input delay, hidden
   drops, machine CPU) and the agents' CPU per flow. Rates beyond the
-  forwarding budget of ``fabric/capacity.py`` are run too (marked): this
+  forwarding budget of ``fabric/emulation/capacity.py`` are run too (marked): this
   is how that budget is calibrated.
 
 Usage::
@@ -25,12 +25,12 @@ import tempfile
 from pathlib import Path
 
 import topologies
-from fabric import graph as fg
-from fabric.capacity import CapacityError
 from fabric.emulation import Emulation, EmulationOptions
+from fabric.emulation.capacity import CapacityError
+from fabric.emulation.traffic import build_plan, run_plan
+from fabric.model import graph as fg
 from fabric.traffic.metrics import jain_fairness
 from fabric.traffic.model import Transfer, TransportSpec
-from fabric.traffic.runner import build_plan, run_plan
 
 
 def goodputs(result) -> list[float]:

@@ -1,7 +1,7 @@
 """Adaptive app: spraying plus bucket weights driven by port telemetry.
 
 Polls every switch's port counters each ``interval_s`` and lets
-:class:`fabric.adaptive.AdaptiveBalancer` move weight away from hot uplinks
+:class:`fabric.routing.adaptive.AdaptiveBalancer` move weight away from hot uplinks
 and back; changed groups are modified in place over OpenFlow 1.5.
 """
 
@@ -15,9 +15,9 @@ from os_ken.controller.handler import MAIN_DISPATCHER, set_ev_cls
 from os_ken.lib import hub
 
 from controllers.base import PolicyApp
-from fabric.adaptive import AdaptiveBalancer
-from fabric.intents import SwitchIntent
-from fabric.policies import compute_intents
+from fabric.model.intents import SwitchIntent
+from fabric.routing.adaptive import AdaptiveBalancer
+from fabric.routing.policies import compute_intents
 
 
 class AdaptiveApp(PolicyApp):

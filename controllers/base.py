@@ -1,6 +1,6 @@
 """A thin os-ken shim that installs what a routing policy computes.
 
-Subclasses name their policy; :mod:`fabric.policies` computes the intents.
+Subclasses name their policy; :mod:`fabric.routing.policies` computes the intents.
 This class pushes a switch's full state when it connects (so a switch that
 reconnects, e.g. after an Open vSwitch restart, is made whole again), learns
 port liveness from port descriptions and port-status messages, recomputes
@@ -25,15 +25,15 @@ from os_ken.ofproto import ofproto_v1_5
 
 from controllers import runtime
 from controllers.openflow import diff_messages, full_state_messages
-from fabric import graph as fg
-from fabric.intents import SwitchIntent
-from fabric.policies import compute_intents
+from fabric.model import graph as fg
+from fabric.model.intents import SwitchIntent
+from fabric.routing.policies import compute_intents
 
 MAX_EVENTS = 50
 
 
 class PolicyApp(app_manager.OSKenApp):
-    """Base app: installs :func:`fabric.policies.compute_intents` for ``policy``."""
+    """Base app: installs :func:`fabric.routing.policies.compute_intents` for ``policy``."""
 
     OFP_VERSIONS = [ofproto_v1_5.OFP_VERSION]
     policy = "ecmp"

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from controllers import POLICIES, runtime
-from fabric.ctlconfig import ControllerConfig, load_controller_config
-from fabric.system import PortBusyError, check_port_free
+from fabric.emulation.system import PortBusyError, check_port_free
+from fabric.routing.config import ControllerConfig, load_controller_config
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653
@@ -50,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     app_module = POLICIES[args.policy]
     importlib.import_module(app_module)  # fail before os-ken parses options
+    import os_ken.controller.controller  # noqa: F401  registers the ofp-* options
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
-    import os_ken.controller.controller  # noqa: F401  registers the ofp-* options
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

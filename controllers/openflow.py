@@ -1,4 +1,4 @@
-"""Translate :mod:`fabric.intents` into OpenFlow 1.5 messages (os-ken).
+"""Translate :mod:`fabric.model.intents` into OpenFlow 1.5 messages (os-ken).
 
 Select groups carry Open vSwitch's ``selection_method=dp_hash`` group
 property (an NTR experimenter property), which hashes the full 5-tuple,
@@ -12,8 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from fabric.intents import (Flow, Group, Output, SetQueue, SwitchIntent, ToController,
-                            ToGroup)
+from fabric.model.intents import Flow, Group, Output, SetQueue, SwitchIntent, ToController, ToGroup
 
 NTR_VENDOR_ID = 0x0000154D  # Nicira/NTR experimenter id used by OVS
 NTR_GROUP_PROP_SELECTION_METHOD = 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from fabric.ctlconfig import ControllerConfig
+from fabric.routing.config import ControllerConfig
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Open vSwitch has no per-packet select method; spraying comes from senders
 that change the UDP source port on every packet, hashed by the switches'
-5-tuple ``dp_hash`` groups (see :mod:`fabric.policies`).
+5-tuple ``dp_hash`` groups (see :mod:`fabric.routing.policies`).
 """
 
 from __future__ import annotations

@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import topologies
-from experiments.common import (Progress, RunContext, fidelity_of, flow_goodputs,
-                                idle_check, run_checks, stride_transfers, traffic_run)
-from fabric import graph as fg
-from fabric import capacity, plotstyle, results
-from fabric.emulation import Emulation, EmulationOptions
+from experiments.common import (Progress, RunContext, fidelity_of, flow_goodputs, idle_check,
+                                run_checks, stride_transfers, traffic_run)
+from fabric.analysis import plotstyle, results
+from fabric.analysis.report import flow_collisions
+from fabric.emulation import Emulation, EmulationOptions, capacity
+from fabric.model import graph as fg
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
 from fabric.traffic.model import TransportSpec
 from fabric.traffic.placement import rank_hosts
-from fabric.traffic.report import flow_collisions
 
 NAME = "collisions"
 QUESTION = "How much line rate does per-flow ECMP lose to collisions, vs spraying and adaptive?"

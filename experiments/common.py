@@ -15,10 +15,9 @@ from typing import Any
 
 import networkx as nx
 
-from fabric import fidelity
-from fabric.emulation import Emulation
+from fabric.emulation import Emulation, fidelity
+from fabric.emulation.traffic import TrafficResult, build_plan, idle_path_check, run_plan
 from fabric.traffic.model import Transfer, TransportSpec
-from fabric.traffic.runner import TrafficResult, build_plan, idle_path_check, run_plan
 
 
 @dataclass

@@ -36,14 +36,14 @@ import networkx as nx
 import topologies
 from experiments.common import (Progress, RunContext, fidelity_of, idle_check, mean_or_none,
                                 run_checks, traffic_run)
-from fabric import plotstyle, results
-from fabric import graph as fg
+from fabric.analysis import plotstyle, results
+from fabric.analysis.report import metric_rows, summarize
 from fabric.emulation import Emulation, EmulationOptions
+from fabric.emulation.traffic import set_rto_min
+from fabric.model import graph as fg
 from fabric.traffic import metrics
 from fabric.traffic.model import Transfer, TransportSpec
 from fabric.traffic.patterns import PatternSpec, make_transfers
-from fabric.traffic.report import metric_rows, summarize
-from fabric.traffic.runner import set_rto_min
 from fabric.traffic.storage import incast_rounds
 
 NAME = "incast"
@@ -174,7 +174,7 @@ def measure(cfg: RunConfig, spec: PatternSpec, result: Any, client: str, servers
             host_mbps: float, report: dict[str, Any]) -> tuple[dict, list[dict]]:
     """The runs.csv row and the rounds.csv rows of one traffic run.
 
-    Headline figures come from :func:`fabric.traffic.report.summarize`:
+    Headline figures come from :func:`fabric.analysis.report.summarize`:
     ``goodput_frac`` is the mean per-round goodput (block bits over the
     round's duration) over the host rate. It is None, and the row invalid,
     when any transfer did not complete (a failed run is never averaged away);

@@ -33,10 +33,10 @@ import networkx as nx
 import topologies
 from experiments.common import (Progress, RunContext, fidelity_of, idle_check, mean_or_none,
                                 run_checks, traffic_run)
-from fabric import capacity, plotstyle, results
-from fabric import graph as fg
-from fabric.emulation import Emulation, EmulationOptions
-from fabric.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
+from fabric.analysis import plotstyle, results
+from fabric.emulation import Emulation, EmulationOptions, capacity
+from fabric.model import graph as fg
+from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
 from fabric.traffic import collectives, metrics, storage
 from fabric.traffic.model import ScheduleError, Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts

@@ -44,10 +44,10 @@ import networkx as nx
 import topologies
 from experiments.common import (Progress, RunContext, fidelity_of, idle_check, run_checks,
                                 traffic_run)
-from fabric import capacity, ovs, plotstyle, results
-from fabric import graph as fg
-from fabric.emulation import Emulation, EmulationOptions
-from fabric.spec import parse_spec
+from fabric.analysis import plotstyle, results
+from fabric.emulation import Emulation, EmulationOptions, capacity, ovs
+from fabric.model import graph as fg
+from fabric.model.spec import parse_spec
 from fabric.traffic import collectives
 from fabric.traffic.model import TransportSpec
 from fabric.traffic.placement import rank_hosts

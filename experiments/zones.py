@@ -45,9 +45,9 @@ import networkx as nx
 import topologies
 from experiments.common import (Progress, RunContext, fidelity_of, idle_check, run_checks,
                                 traffic_run)
-from fabric import plotstyle, results
-from fabric import graph as fg
+from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, EmulationOptions
+from fabric.model import graph as fg
 from fabric.traffic import collectives, storage
 from fabric.traffic.model import TransportSpec
 from fabric.traffic.placement import rank_hosts

@@ -13,9 +13,9 @@ import signal
 import sys
 from typing import Any, Callable
 
-from fabric import capacity, shaping
-from fabric.graph import TopologyError
-from fabric.policies import POLICIES
+from fabric.emulation import capacity, shaping
+from fabric.model.graph import TopologyError
+from fabric.routing.policies import POLICIES
 from fabric.traffic.patterns import PATTERNS
 
 
@@ -35,12 +35,12 @@ def _build_graph(spec: str | None) -> Any:
 
 def cmd_topo(args: argparse.Namespace) -> int:
     """Print a fabric's summary, or its JSON, or draw it."""
-    from fabric.graph import to_json_dict
-    from fabric.summary import format_summary, summarize
+    from fabric.analysis.summary import format_summary, summarize
+    from fabric.model.graph import to_json_dict
 
     graph = _build_graph(args.spec)
     if args.png:
-        from fabric.draw import draw_png
+        from fabric.analysis.draw import draw_png
 
         print(f"wrote {draw_png(graph, args.png)}", file=sys.stderr)
     if args.json:
@@ -52,9 +52,9 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Bring a fabric up, check all-pairs reachability, report, tear down."""
+    from fabric.analysis.summary import format_summary, summarize
     from fabric.emulation import Emulation, EmulationOptions
-    from fabric.reachability import check_all_pairs
-    from fabric.summary import format_summary, summarize
+    from fabric.emulation.reachability import check_all_pairs
 
     graph = _build_graph(args.spec)
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
@@ -69,9 +69,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         for src, dst in reach.failed[:20]:
             print(f"  unreachable: {src} -> {dst}")
         if args.cli:
-            from mininet.cli import CLI
-
-            CLI(emu.net)
+            emu.interact()
     left = emu.leftovers()
     print("teardown: verified clean (bridges, interfaces, host namespaces, processes, sysctls)"
           if not left else f"teardown: LEFT BEHIND {', '.join(left)}; run `fabric clean`")
@@ -79,7 +77,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _lanes(args: argparse.Namespace) -> Any:
-    from fabric.lanes import SINGLE_LANE, THREE_LANES, load_lane_config
+    from fabric.model.lanes import SINGLE_LANE, THREE_LANES, load_lane_config
 
     if args.lanes:
         return load_lane_config(args.lanes)
@@ -106,11 +104,11 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
+    from fabric.analysis.report import summarize
     from fabric.emulation import Emulation, EmulationOptions
+    from fabric.emulation.traffic import build_plan, idle_path_check, run_plan, set_rto_min
     from fabric.traffic.model import TransportSpec
     from fabric.traffic.patterns import PatternSpec, make_transfers
-    from fabric.traffic.report import summarize
-    from fabric.traffic.runner import build_plan, idle_path_check, run_plan, set_rto_min
 
     graph = _build_graph(args.spec)
     spec = PatternSpec(args.pattern, size_bytes=args.size, ranks=args.ranks,
@@ -161,7 +159,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from experiments import EXPERIMENTS
     from experiments.common import RunContext
-    from fabric import results, system
+    from fabric.analysis import results
+    from fabric.emulation import system
 
     if args.topo:
         _build_graph(args.topo)  # a bad spec fails here, before anything changes
@@ -210,7 +209,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from experiments import EXPERIMENTS
-    from fabric import results
+    from fabric.analysis import results
 
     run_dir = Path(args.dir)
     try:
@@ -231,7 +230,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 def cmd_clean(_args: argparse.Namespace) -> int:
     """Undo the leftovers of runs that were killed."""
-    from fabric import runstate, system
+    from fabric.emulation import runstate, system
 
     if not _is_root():
         raise system.HostSetupError("fabric clean needs root: run with sudo")
@@ -341,13 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fabric`` console script."""
     from fabric.emulation import EmulationError
-    from fabric.system import HostSetupError, PortBusyError
+    from fabric.emulation.system import HostSetupError, PortBusyError
 
     args = build_parser().parse_args(argv)
-    from fabric.lanes import LaneConfigError
-    from fabric.results import ResultsError
+    from fabric.analysis.results import ResultsError
+    from fabric.emulation.traffic import TrafficError
+    from fabric.model.lanes import LaneConfigError
     from fabric.traffic.model import ScheduleError
-    from fabric.traffic.runner import TrafficError
 
     expected: tuple[type[BaseException], ...] = (
         TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError,

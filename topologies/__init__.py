@@ -1,7 +1,7 @@
 """Topology builders and the spec-driven registry.
 
 ``build("rail-clos,servers=8,gpus=4")`` parses the spec (grammar in
-:mod:`fabric.spec`), binds its values to the named builder's parameters and
+:mod:`fabric.model.spec`), binds its values to the named builder's parameters and
 returns the fabric graph with the spec text recorded as ``graph.graph["spec"]``.
 """
 
@@ -11,7 +11,7 @@ from typing import Callable
 
 import networkx as nx
 
-from fabric.spec import SpecError, bind_spec, parse_spec
+from fabric.model.spec import SpecError, bind_spec, parse_spec
 from topologies.fat_tree import fat_tree
 from topologies.leaf_spine import leaf_spine
 from topologies.rail_clos import rail_clos

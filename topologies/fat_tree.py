@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from fabric.graph import FabricBuilder, TopologyError
-from topologies._checks import check_count, check_rate, check_size
+from fabric.model.graph import FabricBuilder, TopologyError
+from topologies._common import check_count, check_rate, check_size
 
 NAME = "fat-tree"
 
@@ -32,7 +32,7 @@ def fat_tree(k: int = 4, gbps: float = 100.0) -> nx.Graph:
     Returns
     -------
     networkx.Graph
-        The fabric graph (see :mod:`fabric.graph`).
+        The fabric graph (see :mod:`fabric.model.graph`).
 
     Raises
     ------

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from fabric.graph import FabricBuilder
-from topologies._checks import check_count, check_oversub, check_rate, check_size
+from fabric.model.graph import FabricBuilder
+from topologies._common import check_count, check_oversub, check_rate, check_size
 
 NAME = "leaf-spine"
 
@@ -34,7 +34,7 @@ def leaf_spine(leaves: int = 4, spines: int = 4, hosts_per_leaf: int = 4, gbps: 
     Returns
     -------
     networkx.Graph
-        The fabric graph (see :mod:`fabric.graph`).
+        The fabric graph (see :mod:`fabric.model.graph`).
 
     Raises
     ------

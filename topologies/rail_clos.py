@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from fabric.graph import FabricBuilder, TopologyError
-from topologies._checks import MAX_ENDPOINTS, check_count, check_oversub, check_rate, check_size
+from fabric.model.graph import FabricBuilder, TopologyError
+from topologies._common import MAX_ENDPOINTS, check_count, check_oversub, check_rate, check_size
 
 NAME = "rail-clos"
 
@@ -42,7 +42,7 @@ def rail_clos(servers: int = 8, gpus: int = 2, servers_per_leaf: int = 4, spines
     Returns
     -------
     networkx.Graph
-        The fabric graph (see :mod:`fabric.graph`); host NIC addresses use the
+        The fabric graph (see :mod:`fabric.model.graph`); host NIC addresses use the
         rail as address group (``10.<rail>.x.y``).
 
     Raises

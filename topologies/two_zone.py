@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from fabric.graph import FabricBuilder, TopologyError
-from topologies._checks import check_count, check_oversub, check_rate, check_size
+from fabric.model.graph import FabricBuilder, TopologyError
+from topologies._common import check_count, check_oversub, check_rate, check_size
 
 NAME = "two-zone"
 ZONES = (0, 1)
@@ -45,7 +45,7 @@ def two_zone(hosts_per_leaf: int = 3, leaves: int = 2, spines: int = 2, interzon
     Returns
     -------
     networkx.Graph
-        The fabric graph (see :mod:`fabric.graph`).
+        The fabric graph (see :mod:`fabric.model.graph`).
 
     Raises
     ------

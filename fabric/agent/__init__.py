@@ -22,4 +22,6 @@ where a row is :func:`fabric.traffic.model.result_dict` (``id, role, start,
 end, bytes``) plus ``peer, expected_bytes, tag, dscp, channel, src_ip,
 dst_ip, ready, error`` and the transport's counters. ``end`` is None for an
 unfinished transfer, which then has an ``error``.
+
+May import: fabric.traffic (the plan format; never the emulation layer).
 """

@@ -10,7 +10,7 @@ completion, or ``ack_delay_s`` after the first unacknowledged arrival.
 
 from __future__ import annotations
 
-from fabric.agent.bth import (ACK_KIND, MAX_BITMAP_BYTES, PSN_MASK, ack_packet, unwrap)
+from fabric.agent.bth import ACK_KIND, MAX_BITMAP_BYTES, PSN_MASK, ack_packet, unwrap
 
 _BITS = bytes.maketrans(b"\x00\x01", b"01")
 

@@ -24,12 +24,14 @@ Example
 ('h5', ['l0', 's2', 'l1'])
 
 This package imports os-ken and scapy (it is a testing tool) but never
-Mininet.
+Mininet; ``make_app`` loads fabric's own apps from ``controllers/`` lazily.
+
+May import: fabric.model, fabric.routing.
 """
 
+from fabric.testing.connection import HarnessError
 from fabric.testing.datapath import FakeDatapath
 from fabric.testing.fakeswitch import FakeSwitch, PortCounters
-from fabric.testing.connection import HarnessError
 from fabric.testing.harness import FakeFabric
 from fabric.testing.hashing import select_hash
 from fabric.testing.packets import arp_request, ip_packet, packet_fields

@@ -66,12 +66,12 @@ class AppConnection:
         """Instantiate one of fabric's policy apps for this graph (not connected).
 
         Sets ``controllers.runtime`` to this graph and ``config`` (a
-        :class:`fabric.ctlconfig.ControllerConfig`; default config when None)
+        :class:`fabric.routing.config.ControllerConfig`; default config when None)
         and calls ``app_cls()``, as os-ken's app manager would. Apps that do
         not read ``controllers.runtime`` can simply be instantiated.
         """
         from controllers import runtime  # lazy: fabric's own apps only
-        from fabric.ctlconfig import ControllerConfig
+        from fabric.routing.config import ControllerConfig
 
         runtime.configure(runtime.RuntimeConfig(self.graph, status_path,
                                                 config or ControllerConfig()))

@@ -22,7 +22,7 @@ from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from fabric import graph as fg
+from fabric.model import graph as fg
 from fabric.testing.connection import AppConnection
 from fabric.testing.datapath import FakeDatapath
 from fabric.testing.fakeswitch import FakeSwitch, PortCounters
@@ -40,7 +40,7 @@ class FakeFabric(AppConnection):
     Parameters
     ----------
     graph : networkx.Graph
-        A fabric graph (:mod:`fabric.graph` schema).
+        A fabric graph (:mod:`fabric.model.graph` schema).
     errors : str
         ``"raise"`` (default): a message a switch refuses raises
         :class:`~fabric.testing.tables.OpenFlowError` out of ``send_msg``, so

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import networkx as nx
 
-from fabric import graph as fg
+from fabric.model import graph as fg
 from fabric.testing.fakeswitch import Emit, FakeSwitch, PipelineResult
 
 DEFAULT_HOP_LIMIT = 64

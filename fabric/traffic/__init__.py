@@ -1,1 +1,10 @@
-"""Traffic: transfer schedules (collectives, storage), the plan format, metrics."""
+"""Traffic layer: what the hosts send, as plain data, and how to measure it.
+
+:mod:`~fabric.traffic.model` (transfers, transports, the plan the host agents
+read), :mod:`~fabric.traffic.collectives` and :mod:`~fabric.traffic.storage`
+(schedules), :mod:`~fabric.traffic.patterns` (named patterns of ``fabric
+traffic``), :mod:`~fabric.traffic.placement` (ranks onto hosts) and
+:mod:`~fabric.traffic.metrics` (FCT, collisions, fairness, rounds).
+
+May import: fabric.model.
+"""

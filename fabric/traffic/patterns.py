@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from fabric import graph as fg
-from fabric.lanes import DSCP_COLLECTIVE, DSCP_STORAGE
+from fabric.model import graph as fg
+from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE
 from fabric.traffic import collectives, storage
 from fabric.traffic.model import ScheduleError, Transfer
 from fabric.traffic.placement import rank_hosts

@@ -12,7 +12,7 @@ from typing import Hashable, Iterable
 
 import networkx as nx
 
-from fabric.graph import nodes_with_role
+from fabric.model.graph import nodes_with_role
 
 PLACEMENTS = ("rail", "random")
 

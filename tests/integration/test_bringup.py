@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 import topologies
-from fabric import graph as fg
-from fabric import runstate
-from fabric.emulation import Emulation, EmulationOptions
-from fabric.reachability import check_all_pairs
+from fabric.emulation import Emulation, EmulationOptions, runstate
+from fabric.emulation.reachability import check_all_pairs
+from fabric.model import graph as fg
 from tests.integration.helpers import port_tx_packets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +29,7 @@ def test_default_instance_is_fully_reachable_with_ecmp(spec: str) -> None:
         report = check_all_pairs(graph, emu.host)
         assert report.ok, f"unreachable pairs: {report.failed[:10]}"
         assert report.pairs == sum(len(v) for v in __import__(
-            "fabric.reachability", fromlist=["targets"]).targets(graph).values())
+            "fabric.emulation.reachability", fromlist=["targets"]).targets(graph).values())
     assert emu.leftovers() == []
 
 

@@ -9,14 +9,12 @@ import sys
 import time
 
 import topologies
-from fabric import graph as fg
-from fabric import ovs
-from fabric.emulation import Emulation, EmulationOptions
-from fabric.linkstats import LinkSampler
-from fabric.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES
-from fabric.reachability import check_all_pairs
-from tests.integration.helpers import (SPRAY_SENDER, UDP_COUNTER, group_weights,
-                                       port_tx_packets)
+from fabric.emulation import Emulation, EmulationOptions, ovs
+from fabric.emulation.linkstats import LinkSampler
+from fabric.emulation.reachability import check_all_pairs
+from fabric.model import graph as fg
+from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES
+from tests.integration.helpers import SPRAY_SENDER, UDP_COUNTER, group_weights, port_tx_packets
 
 # Rail 0 of the default rail-clos: h0g0..h3g0 under r0l0, h4g0..h7g0 under r0l1.
 SRC, DST, LEAF = "h0g0", "h4g0", "r0l0"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import topologies
+from fabric.analysis.report import summarize
 from fabric.emulation import Emulation, EmulationOptions
+from fabric.emulation.traffic import build_plan, run_plan
 from fabric.traffic.model import Transfer, TransportSpec
 from fabric.traffic.patterns import PatternSpec, make_transfers
-from fabric.traffic.report import summarize
-from fabric.traffic.runner import build_plan, run_plan
 
 
 def test_ring_allreduce_puts_the_right_bytes_on_each_link(tmp_path: Path) -> None:

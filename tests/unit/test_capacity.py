@@ -7,9 +7,9 @@ import re
 import pytest
 
 import topologies
-from fabric import capacity
-from fabric import graph as fg
-from fabric.capacity import CapacityError, plan_rates
+from fabric.emulation import capacity
+from fabric.emulation.capacity import CapacityError, plan_rates
+from fabric.model import graph as fg
 
 
 def test_default_rail_clos_fits_at_3_mbps():

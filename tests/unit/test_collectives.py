@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 import topologies
-from fabric.graph import nodes_with_role
+from fabric.model.graph import nodes_with_role
 from fabric.traffic import collectives as col
 from fabric.traffic.model import Transfer, dependency_order, validate_schedule
 from fabric.traffic.placement import rail_groups, rank_hosts, server_of

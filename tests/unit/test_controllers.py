@@ -26,9 +26,9 @@ import topologies  # noqa: E402
 from controllers.adaptive import AdaptiveApp  # noqa: E402
 from controllers.ecmp import EcmpApp  # noqa: E402
 from controllers.spray import SprayApp  # noqa: E402
-from fabric import graph as fg  # noqa: E402
-from fabric.ctlconfig import ControllerConfig  # noqa: E402
-from fabric.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, THREE_LANES  # noqa: E402
+from fabric.model import graph as fg  # noqa: E402
+from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, THREE_LANES  # noqa: E402
+from fabric.routing.config import ControllerConfig  # noqa: E402
 from fabric.testing import FakeFabric  # noqa: E402
 
 APPS = {"ecmp": EcmpApp, "spray": SprayApp, "adaptive": AdaptiveApp}

@@ -12,11 +12,11 @@ import pytest
 import topologies
 from experiments import EXPERIMENTS, incast, isolation
 from experiments.common import completion_check
-from fabric import graph as fg
-from fabric import results
-from fabric.lanes import DSCP_COLLECTIVE, DSCP_STORAGE
+from fabric.analysis import results
+from fabric.emulation.traffic import TrafficResult
+from fabric.model import graph as fg
+from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE
 from fabric.traffic.model import Plan, validate_schedule
-from fabric.traffic.runner import TrafficResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def test_incast_grids_and_quick_budget():
     # the estimate charges bring-up and per-run overhead: it cannot be optimistic
     assert estimate > incast.BRINGUP_S + len(quick) * incast.RUN_OVERHEAD_S
     # every rto the sweep sets is above the kernel's floor
-    from fabric.traffic.runner import MIN_RTO_ROUTE_FLOOR_MS
+    from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 
     assert min(incast.QUICK.rtos + incast.FULL.rtos) >= MIN_RTO_ROUTE_FLOOR_MS
 
@@ -253,7 +253,7 @@ def test_isolation_needs_room_for_storage():
 
 def test_isolation_quick_budget():
     graph = topologies.build(isolation.DEFAULT_TOPO)
-    from fabric import capacity
+    from fabric.emulation import capacity
 
     host_mbps = capacity.auto_host_mbps(graph, "user")
     estimate = isolation.estimate_s(isolation.QUICK, isolation.QUICK.seeds, host_mbps)
@@ -377,7 +377,7 @@ class _FakeEmulation:
 
 
 def _fake_fabric(monkeypatch, module, fail_prefix=None):
-    from fabric import fidelity
+    from fabric.emulation import fidelity
 
     _FakeEmulation.made = []
     rto_calls = []
@@ -432,7 +432,7 @@ def test_incast_run_with_a_failed_transfer_is_invalid(tmp_path, monkeypatch):
 
 def test_isolation_quick_run_writes_everything(tmp_path, monkeypatch):
     from experiments.common import RunContext
-    from fabric.lanes import SINGLE_LANE, THREE_LANES
+    from fabric.model.lanes import SINGLE_LANE, THREE_LANES
 
     _fake_fabric(monkeypatch, isolation)
     outcome = isolation.run(RunContext(tmp_path, quick=True, host_mbps=7.5))

@@ -14,9 +14,10 @@ import pytest
 import topologies
 from experiments import EXPERIMENTS, placement, zones
 from experiments.common import RunContext
-from fabric import fidelity, results
-from fabric import graph as fg
+from fabric.analysis import results
 from fabric.cli import format_table
+from fabric.emulation import fidelity
+from fabric.model import graph as fg
 from fabric.traffic.model import validate_schedule
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabric import fidelity, ovs
+from fabric.emulation import fidelity, ovs
 
 PROC_NET_PACKET = """\
 sk               RefCnt Type Proto  Iface R Rmem   User   Inode

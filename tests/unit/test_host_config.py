@@ -8,8 +8,9 @@ import re
 import pytest
 
 import topologies
-from fabric import graph as fg
-from fabric.hostconfig import host_ip_batch, nic_for as _nic_for
+from fabric.emulation.hostconfig import host_ip_batch
+from fabric.emulation.hostconfig import nic_for as _nic_for
+from fabric.model import graph as fg
 
 NEIGH = re.compile(r"^neigh replace (\S+) lladdr (\S+) dev (\S+) nud permanent$")
 

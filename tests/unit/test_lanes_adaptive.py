@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 import topologies
-from fabric import graph as fg
-from fabric.adaptive import (AdaptiveBalancer, AdaptiveConfigError, AdaptiveParams,
-                             params_for_rate)
-from fabric.ctlconfig import (ControllerConfigError, controller_config_from_dict,
-                              controller_config_to_dict)
-from fabric.lanes import (THREE_LANES, LaneConfigError, lane_config_from_dict,
-                          lane_config_to_dict)
-from fabric.shaping import shape_lines
+from fabric.emulation.shaping import shape_lines
+from fabric.model import graph as fg
+from fabric.model.lanes import (THREE_LANES, LaneConfigError, lane_config_from_dict,
+                                lane_config_to_dict)
+from fabric.routing.adaptive import (AdaptiveBalancer, AdaptiveConfigError, AdaptiveParams,
+                                     params_for_rate)
+from fabric.routing.config import (ControllerConfigError, controller_config_from_dict,
+                                   controller_config_to_dict)
 
 
 def lanes(*items):

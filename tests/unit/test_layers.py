@@ -1,4 +1,10 @@
-"""The dependency rule of DESIGN.md section 1, checked on the import statements."""
+"""The dependency rule of DESIGN.md section 1, checked on the import statements.
+
+``fabric/`` is one folder per layer. :data:`LAYERS` says which layers each may
+import (its own modules always); every layer's ``__init__`` docstring states
+the same in a ``May import:`` line. Mininet is imported only by the emulation
+layer, lazily; os-ken only by ``controllers/`` and ``fabric/testing/``.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +17,38 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("topologies", "fabric", "controllers")
-MININET_ALLOWED = {"fabric/emulation.py", "fabric/cli.py"}
-CONTROLLERS_ALLOWED = {"fabric/emulation.py", "fabric/cli.py",
-                       "fabric/testing/connection.py"}  # make_app: controllers.runtime, lazily
-# The fake-fabric test harness is a testing tool built on os-ken (and scapy),
-# like Faucet's clib/fakeoftable.py; the rest of fabric stays free of os-ken.
-OS_KEN_ALLOWED_PACKAGE = "fabric/testing/"
-PURE_MODULES = ("fabric/routing.py", "fabric/intents.py")
-IMPURE = ("time", "random", "subprocess", "os")
+PACKAGES = ("topologies", "fabric", "controllers", "experiments")
+
+# Layers of fabric/ and the other layers each may import.
+LAYERS: dict[str, frozenset[str]] = {
+    "fabric.model": frozenset(),
+    "fabric.routing": frozenset({"fabric.model"}),
+    "fabric.traffic": frozenset({"fabric.model"}),
+    "fabric.agent": frozenset({"fabric.traffic"}),
+    "fabric.emulation": frozenset({"fabric.model", "fabric.routing", "fabric.traffic"}),
+    "fabric.analysis": frozenset({"fabric.model", "fabric.traffic", "fabric.emulation"}),
+    "fabric.testing": frozenset({"fabric.model", "fabric.routing"}),
+}
+# Packages beside fabric/ and what of fabric each may import.
+CLIENTS: dict[str, frozenset[str]] = {
+    "topologies": frozenset({"fabric.model"}),
+    # the launcher checks its listen port with the emulation's system helpers
+    "controllers": frozenset({"fabric.model", "fabric.routing", "fabric.emulation.system"}),
+    "experiments": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
+                              "fabric.emulation", "fabric.analysis"}),
+}
+# fabric's top level: the package docstring and the command line, above every layer.
+TOP_LEVEL = frozenset({"fabric/__init__.py", "fabric/cli.py"})
+MININET_LAYER = "fabric.emulation"
+OS_KEN_ALLOWED = ("controllers", "fabric.testing")
+# Lazy imports of the packages above fabric: the CLI dispatches to them, and the
+# harness's make_app loads fabric's own apps.
+LAZY_ABOVE: dict[str, frozenset[str]] = {
+    "fabric.cli": frozenset({"controllers", "experiments"}),
+    "fabric.testing": frozenset({"controllers"}),
+}
+PURE_LAYERS = ("fabric.model", "fabric.routing")
+IMPURE = ("time", "random", "subprocess", "os", "datetime")
 
 
 @dataclass(frozen=True)
@@ -82,6 +111,60 @@ def _rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def home_of(path: Path) -> str:
+    """The layer (``fabric.model``, ...), top-level module or client package of ``path``."""
+    rel = _rel(path)
+    if rel in TOP_LEVEL:
+        return rel[:-3].replace("/", ".").removesuffix(".__init__")
+    parts = Path(rel).parts
+    if parts[0] == "fabric":
+        layer = f"fabric.{parts[1]}"
+        if len(parts) < 3 or layer not in LAYERS:
+            raise AssertionError(f"{rel}: not in a layer folder of fabric/ ({sorted(LAYERS)}) "
+                                 f"nor one of its top-level modules ({sorted(TOP_LEVEL)})")
+        return layer
+    if parts[0] in CLIENTS:
+        return parts[0]
+    raise AssertionError(f"{rel}: outside the checked packages")
+
+
+def violations(path: Path, text: str | None = None) -> list[str]:
+    """Every import in ``path`` (or ``text`` read as ``path``) that breaks the rules."""
+    home = home_of(path)
+    rel = _rel(path)
+    problems = []
+    for imp in imports_of(path, text):
+        mod, top = imp.module, _top(imp.module)
+        where = f"{rel}:{imp.lineno} imports {mod}"
+        if top == "mininet":
+            if home != MININET_LAYER:
+                problems.append(f"{where}: Mininet outside the emulation layer")
+            elif not imp.lazy:
+                problems.append(f"{where}: Mininet at module level (import it lazily)")
+        elif top in ("os_ken", "ryu"):
+            if not any(_within(home, allowed) for allowed in OS_KEN_ALLOWED):
+                problems.append(f"{where}: os-ken outside controllers/ and fabric/testing/")
+        elif top in ("controllers", "experiments") and top != home:
+            lazy_ok = top in LAZY_ABOVE.get(home, ()) and imp.lazy
+            if home not in CLIENTS and not lazy_ok:
+                problems.append(f"{where}: a layer of fabric imports {top}/ above it")
+            elif home in CLIENTS and top == "experiments":
+                problems.append(f"{where}: {home}/ imports experiments/")
+        elif top == "fabric" and mod != "fabric":
+            if home in ("fabric", "fabric.cli"):
+                continue  # the top level uses every layer
+            allowed = LAYERS.get(home, CLIENTS.get(home, frozenset())) | {home}
+            # "from fabric.emulation import system" also records fabric.emulation
+            if not any(_within(mod, a) or (mod in LAYERS and _within(a, mod)) for a in allowed):
+                problems.append(f"{where}: {home} may import only "
+                                f"{', '.join(sorted(allowed - {home})) or 'itself'}")
+    return problems
+
+
 ALL_FILES = [p for pkg in PACKAGES for p in _files(pkg)]
 
 
@@ -90,82 +173,106 @@ def test_import_parser_sees_lazy_and_relative_imports():
             "try:\n    import numpy\nexcept ImportError:\n    pass\n"
             "def f():\n    import mininet.net\n    from os_ken import cfg\n"
             "class C:\n    def m(self):\n        import subprocess\n")
-    found = imports_of(ROOT / "fabric" / "probe.py", text)
+    found = imports_of(ROOT / "fabric" / "model" / "probe.py", text)
     by_module = {i.module: i.lazy for i in found}
     assert by_module["os"] is False
     assert by_module["numpy"] is False  # module level even inside try
-    assert by_module["fabric"] is False and by_module["fabric.graph"] is False
-    assert by_module["fabric.intents"] is False
+    assert by_module["fabric.model"] is False and by_module["fabric.model.graph"] is False
+    assert by_module["fabric.model.intents"] is False
     assert by_module["mininet.net"] is True
     assert by_module["os_ken"] is True
     assert by_module["subprocess"] is True
 
 
-@pytest.mark.parametrize("path", _files("topologies"), ids=_rel)
-def test_topologies_import_no_emulation_or_controllers(path):
-    bad = [i for i in imports_of(path)
-           if _top(i.module) in ("controllers", "experiments", "mininet", "os_ken", "ryu")]
+@pytest.mark.parametrize("rel, text, expected", [
+    ("fabric/model/probe.py", "from fabric.routing import policies\n", "fabric.model may import"),
+    ("fabric/routing/probe.py", "def f():\n    from fabric.emulation import ovs\n",
+     "fabric.routing may import only fabric.model"),
+    ("fabric/traffic/probe.py", "import fabric.analysis.results\n", "fabric.traffic may import"),
+    ("fabric/agent/probe.py", "from fabric.emulation.network import Emulation\n",
+     "fabric.agent may import only fabric.traffic"),
+    ("fabric/emulation/probe.py", "from fabric.analysis import plotstyle\n",
+     "fabric.emulation may import"),
+    ("fabric/emulation/probe.py", "from fabric.cli import main\n", "fabric.emulation may import"),
+    ("fabric/analysis/probe.py", "from fabric.routing.tables import next_hops\n",
+     "fabric.analysis may import"),
+    ("fabric/testing/probe.py", "from fabric.traffic import model\n", "fabric.testing may"),
+    ("fabric/analysis/probe.py", "def f():\n    import mininet.net\n",
+     "Mininet outside the emulation layer"),
+    ("fabric/emulation/probe.py", "from mininet.net import Mininet\n", "Mininet at module level"),
+    ("fabric/routing/probe.py", "from os_ken.ofproto import ofproto_v1_5\n",
+     "os-ken outside controllers/"),
+    ("fabric/emulation/probe.py", "import ryu.base.app_manager\n", "os-ken outside"),
+    ("fabric/emulation/probe.py", "def f():\n    import controllers.launcher\n",
+     "imports controllers/ above it"),
+    ("fabric/analysis/probe.py", "from experiments import EXPERIMENTS\n", "experiments/ above"),
+    ("topologies/probe.py", "from fabric.emulation import capacity\n",
+     "topologies may import only fabric.model"),
+    ("topologies/probe.py", "import mininet.topo\n", "Mininet outside"),
+    ("controllers/probe.py", "from fabric.analysis import results\n", "controllers may import"),
+    ("controllers/probe.py", "from experiments import common\n", "imports experiments/"),
+])
+def test_rules_report_a_wrong_import(rel, text, expected):
+    problems = violations(ROOT / rel, text)
+    assert problems and expected in problems[0], problems
+
+
+@pytest.mark.parametrize("rel, text", [
+    ("fabric/routing/probe.py", "from fabric.model import graph as fg\nfrom . import tables\n"),
+    ("fabric/emulation/probe.py", "def f():\n    from mininet.net import Mininet\n"),
+    ("fabric/testing/probe.py", "from os_ken.ofproto import ofproto_v1_5\n"
+     "def f():\n    from controllers import runtime\n"),
+    ("controllers/probe.py", "from fabric.emulation.system import check_port_free\n"),
+    ("fabric/cli.py", "def f():\n    from experiments import EXPERIMENTS\n"),
+    ("experiments/probe.py", "from fabric.emulation import Emulation\n"),
+])
+def test_rules_accept_an_allowed_import(rel, text):
+    assert violations(ROOT / rel, text) == []
+
+
+def test_a_module_outside_the_layer_folders_is_refused():
+    with pytest.raises(AssertionError, match="not in a layer folder"):
+        home_of(ROOT / "fabric" / "helpers.py")
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=_rel)
+def test_module_keeps_the_layer_rules(path):
+    problems = violations(path)
+    assert not problems, "\n".join(problems)
+
+
+def test_fabric_top_level_holds_only_the_cli_and_the_package():
+    top = {_rel(p) for p in (ROOT / "fabric").glob("*.py")}
+    assert top <= TOP_LEVEL, f"modules outside a layer: {sorted(top - TOP_LEVEL)}"
+    folders = {f"fabric.{d.name}" for d in (ROOT / "fabric").iterdir()
+               if d.is_dir() and (d / "__init__.py").exists()}
+    assert folders == set(LAYERS)
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_layer_docstring_states_what_it_may_import(layer):
+    init = ROOT / Path(*layer.split(".")) / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    lines = [line for line in doc.splitlines() if line.startswith("May import:")]
+    assert len(lines) == 1, f"{_rel(init)}: no 'May import:' line in its docstring"
+    stated = lines[0].removeprefix("May import:").split("(")[0].strip().rstrip(".")
+    names = set() if stated.startswith("nothing") else {s.strip() for s in stated.split(",")}
+    assert names == set(LAYERS[layer]), f"{_rel(init)} says {names}, the rule is {LAYERS[layer]}"
+
+
+@pytest.mark.parametrize("path", [p for layer in PURE_LAYERS
+                                  for p in _files(layer.replace(".", "/"))], ids=_rel)
+def test_routing_and_model_are_pure(path):
+    bad = [i for i in imports_of(path) if _top(i.module) in IMPURE]
     assert not bad, f"{_rel(path)} imports {bad}"
-
-
-@pytest.mark.parametrize("path", _files("fabric"), ids=_rel)
-def test_fabric_mininet_only_lazily_in_the_adapter(path):
-    rel = _rel(path)
-    mininet = [i for i in imports_of(path) if _top(i.module) == "mininet"]
-    if rel not in MININET_ALLOWED:
-        assert not mininet, f"{rel} imports Mininet: {mininet}"
-    eager = [i for i in mininet if not i.lazy]
-    assert not eager, f"{rel} imports Mininet at module level: {eager}"
-
-
-@pytest.mark.parametrize("path", [p for p in _files("fabric")
-                                  if not _rel(p).startswith(OS_KEN_ALLOWED_PACKAGE)], ids=_rel)
-def test_fabric_never_imports_os_ken(path):
-    bad = [i for i in imports_of(path) if _top(i.module) in ("os_ken", "ryu")]
-    assert not bad, f"{_rel(path)} imports os-ken: {bad}"
-
-
-@pytest.mark.parametrize("path", _files("fabric"), ids=_rel)
-def test_fabric_imports_controllers_only_from_adapter_and_cli(path):
-    rel = _rel(path)
-    uses = [i for i in imports_of(path) if _top(i.module) in ("controllers", "experiments")]
-    if rel in CONTROLLERS_ALLOWED:
-        assert all(i.lazy for i in uses), f"{rel} imports controllers eagerly: {uses}"
-    else:
-        assert not uses, f"{rel} imports {uses}"
-
-
-@pytest.mark.parametrize("rel", PURE_MODULES)
-def test_routing_logic_is_pure(rel):
-    bad = [i for i in imports_of(ROOT / rel) if _top(i.module) in IMPURE]
-    assert not bad, f"{rel} imports {bad}"
-
-
-@pytest.mark.parametrize("rel", PURE_MODULES)
-def test_routing_logic_never_reads_clock_or_global_rng(rel):
-    tree = ast.parse((ROOT / rel).read_text())
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    assert not names & {"time", "random", "subprocess", "os", "datetime"}, rel
-
-
-@pytest.mark.parametrize("path", _files("controllers"), ids=_rel)
-def test_controllers_never_import_mininet(path):
-    bad = [i for i in imports_of(path) if _top(i.module) == "mininet"]
-    assert not bad, f"{_rel(path)} imports Mininet: {bad}"
+    names = {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
+    assert not names & set(IMPURE), _rel(path)
 
 
 def test_rules_see_every_package():
     assert {p.relative_to(ROOT).parts[0] for p in ALL_FILES} == set(PACKAGES)
-    assert (ROOT / "fabric" / "routing.py") in ALL_FILES
-    assert (ROOT / "fabric" / "emulation.py") in ALL_FILES
-
-
-def test_test_harness_never_imports_mininet():
-    files = sorted((ROOT / OS_KEN_ALLOWED_PACKAGE).rglob("*.py"))
-    assert files
-    for path in files:
-        bad = [i for i in imports_of(path) if _top(i.module) == "mininet"]
-        assert not bad, f"{_rel(path)} imports Mininet: {bad}"
+    assert (ROOT / "fabric" / "routing" / "tables.py") in ALL_FILES
+    assert (ROOT / "fabric" / "emulation" / "network.py") in ALL_FILES
 
 
 def test_fresh_import_of_harness_loads_no_mininet_or_controllers():
@@ -181,10 +288,11 @@ def test_fresh_import_of_harness_loads_no_mininet_or_controllers():
 
 
 @pytest.mark.parametrize("modules", [
-    "topologies, fabric.routing, fabric.graph",
-    "fabric.intents, fabric.capacity, fabric.shaping",
+    "topologies, fabric.routing.tables, fabric.model.graph",
+    "fabric.model.intents, fabric.emulation.capacity, fabric.emulation.shaping",
     "fabric.cli",
     "fabric.emulation",
+    "fabric.analysis.report, fabric.analysis.results",
 ])
 def test_fresh_import_loads_no_mininet_or_os_ken(modules):
     code = ("import sys\n"
@@ -195,3 +303,13 @@ def test_fresh_import_loads_no_mininet_or_os_ken(modules):
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "", f"importing {modules} loaded {res.stdout.strip()}"
+
+
+def test_public_imports_keep_working():
+    code = ("import topologies\n"
+            "from fabric.testing import FakeFabric, Hop\n"
+            "from fabric.emulation import Emulation, EmulationOptions\n"
+            "assert callable(topologies.build)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr

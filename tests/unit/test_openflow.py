@@ -13,9 +13,9 @@ from os_ken.ofproto import ofproto_v1_5_parser as parser  # noqa: E402
 
 import topologies  # noqa: E402
 from controllers import openflow as of  # noqa: E402
-from fabric.intents import (Bucket, Flow, Group, Output, SetQueue, SwitchIntent,  # noqa: E402
-                            ToController, ToGroup)
-from fabric.routing import ecmp_intents  # noqa: E402
+from fabric.model.intents import (Bucket, Flow, Group, Output, SetQueue, SwitchIntent,  # noqa: E402
+                                  ToController, ToGroup)
+from fabric.routing.tables import ecmp_intents  # noqa: E402
 
 ofp = ofproto_v1_5
 

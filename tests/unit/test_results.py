@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from experiments import collisions
-from fabric import results
+from fabric.analysis import results
 from fabric.cli import format_table
 
 ROOT = Path(__file__).resolve().parents[2]

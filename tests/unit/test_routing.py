@@ -1,6 +1,6 @@
 """ECMP routing intents, checked by tracing packets through the flow tables.
 
-The tracer is deliberately independent of :mod:`fabric.routing`: it applies
+The tracer is deliberately independent of :mod:`fabric.routing.tables`: it applies
 each switch's flows as a switch would (highest-priority matching flow wins;
 ``Output`` goes to the neighbour on that port, ``ToGroup`` to every bucket of
 a select group) and compares the paths it finds with networkx's shortest paths
@@ -15,10 +15,10 @@ import networkx as nx
 import pytest
 
 import topologies
-from fabric import graph as fg
-from fabric.intents import (ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_IPV6, Output, SetQueue,
-                            SwitchIntent, ToController, ToGroup)
-from fabric.routing import PRIORITY_CONTROL, PRIORITY_ROUTE, ecmp_intents, next_hops
+from fabric.model import graph as fg
+from fabric.model.intents import (ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_IPV6, Output, SetQueue,
+                                  SwitchIntent, ToController, ToGroup)
+from fabric.routing.tables import PRIORITY_CONTROL, PRIORITY_ROUTE, ecmp_intents, next_hops
 
 BUILDER_NAMES = sorted(topologies.BUILDERS)
 

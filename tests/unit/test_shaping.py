@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from fabric import shaping
-from fabric.shaping import htb_quantum, shape_lines
+from fabric.emulation import shaping
+from fabric.emulation.shaping import htb_quantum, shape_lines
 
 TAIL_DROP = ("pfifo", "bfifo", "pfifo_fast")
 

@@ -3,8 +3,8 @@
 import pytest
 
 import topologies
-from fabric.graph import TopologyError
-from fabric.spec import Spec, SpecError, bind_spec, parse_spec
+from fabric.model.graph import TopologyError
+from fabric.model.spec import Spec, SpecError, bind_spec, parse_spec
 from topologies import rail_clos
 
 

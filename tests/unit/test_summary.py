@@ -3,8 +3,8 @@
 import pytest
 
 import topologies
-from fabric.draw import draw_png, layout
-from fabric.summary import format_summary, summarize
+from fabric.analysis.draw import draw_png, layout
+from fabric.analysis.summary import format_summary, summarize
 
 
 def test_rail_clos_summary():

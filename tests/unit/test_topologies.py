@@ -7,8 +7,8 @@ import math
 import pytest
 
 import topologies
-from fabric import graph as fg
-from fabric.graph import TopologyError
+from fabric.model import graph as fg
+from fabric.model.graph import TopologyError
 
 SPECS = [
     "rail-clos",

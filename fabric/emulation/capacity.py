@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from fabric import graph as fg
+from fabric.model import graph as fg
 
 FULL_PACKET_BITS = 1500 * 8
 USERSPACE_BUDGET_PKT_HOPS = 11_000.0

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabric import system
+from fabric.emulation import system
 
 OVS_SCRIPTS = Path("/usr/share/openvswitch/scripts")
 OVS_RUNDIR = Path("/var/run/openvswitch")

@@ -28,7 +28,7 @@ from typing import Iterable
 
 import networkx as nx
 
-from fabric import graph as fg
+from fabric.model import graph as fg
 
 MAX_WEIGHT_SKEW = 255
 

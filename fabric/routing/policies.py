@@ -7,7 +7,7 @@
   vSwitch has no per-packet select method, so the switches cannot spray
   on their own.
 * ``adaptive``: spraying plus bucket weights from port telemetry
-  (:mod:`fabric.adaptive`).
+  (:mod:`fabric.routing.adaptive`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Iterable
 
 import networkx as nx
 
-from fabric.intents import SwitchIntent
-from fabric.lanes import SINGLE_LANE, LaneConfig
-from fabric.routing import Weights, build_intents, route_tables
+from fabric.model.intents import SwitchIntent
+from fabric.model.lanes import SINGLE_LANE, LaneConfig
+from fabric.routing.tables import Weights, build_intents, route_tables
 
 POLICIES = ("ecmp", "spray", "adaptive")
 SPRAYING = {"ecmp": False, "spray": True, "adaptive": True}

@@ -15,7 +15,7 @@ from typing import Any
 
 import networkx as nx
 
-from fabric import graph as fg
+from fabric.model import graph as fg
 
 PING_SCRIPT = r"""
 for ip in "$@"; do

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from fabric import graph as fg
+from fabric.model import graph as fg
 
 SYSFS = Path("/sys/class/net")
 DirectedLink = tuple[str, str]

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from fabric import graph as fg
-from fabric import system
-from fabric.lanes import SINGLE_LANE, LaneConfig
-from fabric.routing import PRIORITY_CONTROL, TABLE_ROUTE
+from fabric.emulation import system
+from fabric.model import graph as fg
+from fabric.model.lanes import SINGLE_LANE, LaneConfig
+from fabric.routing.tables import PRIORITY_CONTROL, TABLE_ROUTE
 
 COOKIE_PREFIX = 0xF1 << 56
 COOKIE_MASK = 0xFF << 56

@@ -3,7 +3,7 @@
 This is the only module that imports Mininet (lazily, inside methods).
 Bring-up order: check everything that can be checked without touching the
 system (rates, root, tools, controller port, other runs), record an undo log
-(:mod:`fabric.runstate`), set global sysctls, make sure Open vSwitch runs,
+(:mod:`fabric.emulation.runstate`), set global sysctls, make sure Open vSwitch runs,
 start the controller, build the network, configure hosts and shaping, and
 wait until the controller confirms every switch's routes. Teardown always
 runs the undo log, whatever happened before.
@@ -24,14 +24,14 @@ from typing import Any, Iterator
 
 import networkx as nx
 
-from fabric import capacity, hostconfig, ovs, runstate, shaping, system
-from fabric import graph as fg
-from fabric.adaptive import AdaptiveParams, params_for_rate
-from fabric.ctlconfig import ControllerConfig, controller_config_to_dict
-from fabric.lanes import SINGLE_LANE, LaneConfig
-from fabric.policies import POLICIES
+from fabric.emulation import capacity, hostconfig, ovs, runstate, shaping, system
+from fabric.model import graph as fg
+from fabric.model.lanes import SINGLE_LANE, LaneConfig
+from fabric.routing.adaptive import AdaptiveParams, params_for_rate
+from fabric.routing.config import ControllerConfig, controller_config_to_dict
+from fabric.routing.policies import POLICIES
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
 CONTROLLER_READY_TIMEOUT_S = 20.0
 # Socket buffers for userspace OVS's AF_PACKET sockets (DESIGN.md section 3):
@@ -130,6 +130,12 @@ class Emulation:
     def host(self, name: str) -> Any:
         """Return the Mininet host ``name``."""
         return self.net.get(name)
+
+    def interact(self) -> None:
+        """Run Mininet's interactive CLI on the running fabric until the user quits."""
+        from mininet.cli import CLI
+
+        CLI(self.net)
 
     def controller_status(self) -> dict:
         """The controller's status report (ready switches, down links, events)."""

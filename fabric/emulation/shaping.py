@@ -6,13 +6,13 @@ a full tail-drop queue refuses a packet, userspace OVS discards the rest of
 its 32-packet send batch whatever its class (DESIGN.md section 3). Netem is
 not used: this kernel has none.
 
-Lane ``i`` (see :mod:`fabric.lanes`) is class ``1:(i+1)`` under a parent
+Lane ``i`` (see :mod:`fabric.model.lanes`) is class ``1:(i+1)`` under a parent
 class at the link rate; u32 filters on the DSCP bits classify packets.
 """
 
 from __future__ import annotations
 
-from fabric.lanes import SINGLE_LANE, LaneConfig
+from fabric.model.lanes import SINGLE_LANE, LaneConfig
 
 DEFAULT_QUEUE_PKTS = 64
 LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate

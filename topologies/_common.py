@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from fabric.graph import TopologyError
+from fabric.model.graph import TopologyError
 
 # Size caps so a typo cannot ask for a million nodes (a 2-core VM emulates
 # ~200 nodes; the analysis side is happy well beyond that, hence the margin).

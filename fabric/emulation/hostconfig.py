@@ -17,9 +17,9 @@ import ipaddress
 
 import networkx as nx
 
-from fabric import graph as fg
-from fabric.lanes import LaneConfig
-from fabric.shaping import shape_lines
+from fabric.emulation.shaping import shape_lines
+from fabric.model import graph as fg
+from fabric.model.lanes import LaneConfig
 
 
 def ifb_name(endpoint: str, port: int) -> str:

@@ -17,10 +17,10 @@ from typing import Iterable
 
 import networkx as nx
 
-from fabric import graph as fg
-from fabric.intents import (ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_IPV6, Bucket, Flow,
-                            Group, Output, SetQueue, SwitchIntent, ToController, ToGroup)
-from fabric.lanes import SINGLE_LANE, LaneConfig
+from fabric.model import graph as fg
+from fabric.model.intents import (ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_IPV6, Bucket, Flow, Group,
+                                  Output, SetQueue, SwitchIntent, ToController, ToGroup)
+from fabric.model.lanes import SINGLE_LANE, LaneConfig
 
 TABLE_CLASSIFY = 0
 TABLE_ROUTE = 1

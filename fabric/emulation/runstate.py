@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fabric import system
-from fabric.ovs import STATE_DIR
+from fabric.emulation import system
+from fabric.emulation.ovs import STATE_DIR
 
 RUNS_DIR = STATE_DIR / "runs"
 

@@ -2,9 +2,9 @@
 
 ::
 
-    {"lanes": [...],                       # see fabric.lanes; default one lane
+    {"lanes": [...],                       # see fabric.model.lanes; default one lane
      "scale_mbps_per_gbps": 0.05,          # the emulation's rate scale
-     "adaptive": {"interval_s": 0.1, ...}} # see fabric.adaptive.AdaptiveParams
+     "adaptive": {"interval_s": 0.1, ...}} # see fabric.routing.adaptive.AdaptiveParams
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabric.adaptive import AdaptiveConfigError, AdaptiveParams
-from fabric.lanes import (SINGLE_LANE, LaneConfig, LaneConfigError, lane_config_from_dict,
-                          lane_config_to_dict)
+from fabric.model.lanes import (SINGLE_LANE, LaneConfig, LaneConfigError, lane_config_from_dict,
+                                lane_config_to_dict)
+from fabric.routing.adaptive import AdaptiveConfigError, AdaptiveParams
 
 DEFAULT_SCALE_MBPS_PER_GBPS = 0.05
 

@@ -11,7 +11,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fabric.graph import TopologyError
+from fabric.model.graph import TopologyError
 
 
 class SpecError(TopologyError):

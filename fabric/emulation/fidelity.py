@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fabric import ovs
+from fabric.emulation import ovs
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_OVS_INPUT_DELAY_MS = 1.0  # against idle RTTs of 0.7-3 ms across the fabric

@@ -1,13 +1,13 @@
 """Fabric summary: counts, per-tier capacity, oversubscription, bisection.
 
-Pure functions over the fabric graph (see :mod:`fabric.graph`); no I/O.
+Pure functions over the fabric graph (see :mod:`fabric.model.graph`); no I/O.
 
 Bisection split
 ---------------
 The bisection is the max-flow min-cut (networkx, link capacities in both
 directions) from one half of the endpoints to the other:
 
-* by default the endpoints in the order of :func:`fabric.graph.endpoints`
+* by default the endpoints in the order of :func:`fabric.model.graph.endpoints`
   (builder order: server-major in rail-clos, pod-major in fat-tree), first
   ``n // 2`` against the rest;
 * when every compute host carries a ``zone`` attribute and there are exactly
@@ -24,7 +24,7 @@ from typing import Any
 
 import networkx as nx
 
-from fabric import graph as fg
+from fabric.model import graph as fg
 
 _RANK = {"host": 0, "storage": 0, "leaf": 1, "spine": 2, "core": 3}
 _SOURCE, _SINK = ("__source__",), ("__sink__",)  # tuples cannot clash with node names

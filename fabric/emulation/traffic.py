@@ -22,12 +22,12 @@ from typing import Any
 
 import networkx as nx
 
-from fabric import fidelity
-from fabric import graph as fg
-from fabric.emulation import PROJECT_ROOT, Emulation
-from fabric.flowmon import FlowKey, FlowMonitor, path_from_switches
-from fabric.hostconfig import ifb_name
-from fabric.linkstats import LinkSampler, LinkSeries
+from fabric.emulation import fidelity
+from fabric.emulation.flowmon import FlowKey, FlowMonitor, path_from_switches
+from fabric.emulation.hostconfig import ifb_name
+from fabric.emulation.linkstats import LinkSampler, LinkSeries
+from fabric.emulation.network import PROJECT_ROOT, Emulation
+from fabric.model import graph as fg
 from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, Transfer, TransportSpec,
                                   destination_ip, source_ports, tcp_connection_keys,
                                   validate_schedule)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from fabric import fidelity
+from fabric.emulation import fidelity
+from fabric.emulation.traffic import TrafficResult
 from fabric.traffic import collectives, metrics
 from fabric.traffic.patterns import PatternSpec
-from fabric.traffic.runner import TrafficResult
 from fabric.traffic.storage import incast_rounds
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import networkx as nx
 
-from fabric import graph as fg
+from fabric.model import graph as fg
 
 # Okabe & Ito (2008), black left out: it would hide the labels.
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")

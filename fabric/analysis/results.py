@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ResultsError(RuntimeError):
