@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import topologies
-from experiments.common import (Progress, RunContext, fidelity_of, flow_goodputs, idle_check,
-                                run_checks, stride_transfers, traffic_run)
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, flow_goodputs, load_run,
+                                run_schedules, stride_transfers)
 from fabric.analysis import plotstyle, results
 from fabric.analysis.report import flow_collisions
 from fabric.emulation import Emulation, EmulationOptions, capacity
@@ -91,39 +91,37 @@ def _uplink_loads(graph: Any, result: Any) -> dict[str, float]:
 
 
 def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps: float,
-                 patterns: list[str], seeds: list[int], progress: Progress,
-                 out: dict[str, list]) -> None:
+                 patterns: list[str], seeds: list[int], progress: Progress, log: RunLog,
+                 link_rows: list[dict[str, Any]]) -> None:
     """One fabric at one rate: the idle check, then every pattern x seed run on it."""
     transport = TransportSpec("roce", entropy="flow" if policy == "ecmp" else "packet",
                               entropy_ports=ENTROPY_PORTS)
     with Emulation(graph, EmulationOptions(policy=policy, host_mbps=host_mbps)) as emu:
         host_mbps = emu.report.rate_plan.host_mbps
-        idle = idle_check(emu, transport,
-                          ctx.run_dir / "work" / f"{spec}-{policy}-{host_mbps:g}-idle")
-        for pattern in patterns:
-            for seed in seeds:
-                progress.step(f"{spec} {policy} {pattern} seed {seed}")
-                transfers, ranks, size = _transfers(graph, pattern, seed, host_mbps)
-                workdir = ctx.run_dir / "work" / f"{spec}-{policy}-{pattern}-{seed}"
-                result = traffic_run(emu, transfers, transport, workdir, seed)
-                report = fidelity_of(result, [idle])
-                out["reports"].append(report)
-                coll = flow_collisions(result) if policy == "ecmp" else None
-                keys = {"topology": spec, "policy": policy, "pattern": pattern, "seed": seed}
-                out["rows"].append({
-                    **keys, "host_mbps": host_mbps,
+
+        def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+            pattern, ranks, size = run.context
+            coll = flow_collisions(result) if policy == "ecmp" else None
+            link_rows.extend({**run.keys, "link": link, "share": round(load, 4)}
+                             for link, load in _uplink_loads(graph, result).items())
+            return {"host_mbps": host_mbps,
                     "norm_throughput": round(_norm_throughput(
                         pattern, result, ranks, size, host_mbps), 4),
                     # sprayed flows take every path: collisions are not defined
                     "collisions": coll.count if coll else None,
                     "max_flows_per_link": coll.max_flows_per_link if coll else None,
-                    "complete": result.complete, "valid": report["valid"],
-                    **run_checks(report)})
-                out["flows"] += [{**keys, "id": r["id"], "bytes": r["bytes"],
-                                  "fct_s": r["fct_s"], "path": "/".join(r["path"] or [])}
-                                 for r in result.transfer_rows()]
-                out["links"] += [{**keys, "link": link, "share": round(load, 4)}
-                                 for link, load in _uplink_loads(graph, result).items()]
+                    "complete": result.complete, "valid": report["valid"]}
+
+        def runs() -> Iterator[Scheduled]:
+            for pattern in patterns:
+                for seed in seeds:
+                    transfers, ranks, size = _transfers(graph, pattern, seed, host_mbps)
+                    yield Scheduled({"topology": spec, "policy": policy, "pattern": pattern,
+                                     "seed": seed}, transfers, seed, (pattern, ranks, size))
+
+        run_schedules(emu, runs(), transport,
+                      ctx.run_dir / "work" / f"{spec}-{policy}-{host_mbps:g}", progress,
+                      row_of, log)
 
 
 def run(ctx: RunContext) -> dict[str, Any]:
@@ -132,7 +130,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     patterns = ("stride",) if ctx.quick else PATTERNS
     topos = _topologies(ctx)
     progress = Progress(len(topos) * len(POLICIES) * len(patterns) * len(seeds), NAME)
-    out: dict[str, list] = {"rows": [], "flows": [], "links": [], "reports": []}
+    log, link_rows = RunLog(), []
     for spec in topos:
         graph = topologies.build(spec)
         base_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph)
@@ -140,12 +138,10 @@ def run(ctx: RunContext) -> dict[str, Any]:
             for share in sorted({RATE_SHARE[p] for p in patterns}, reverse=True):
                 mine = [p for p in patterns if RATE_SHARE[p] == share]
                 _one_bringup(ctx, spec, graph, policy, base_mbps * share, mine, seeds,
-                             progress, out)
-    rows = out["rows"]
-    results.write_csv(ctx.run_dir / "runs.csv", rows)
-    results.write_csv(ctx.run_dir / "flows.csv", out["flows"])
-    results.write_csv(ctx.run_dir / "uplinks.csv", out["links"])
-    fid = results.merge_fidelity(out["reports"])
+                             progress, log, link_rows)
+    rows = log.rows
+    fid = log.write(ctx.run_dir)
+    results.write_csv(ctx.run_dir / "uplinks.csv", link_rows)
     paths = {spec: top_tier_paths(topologies.build(spec)) for spec in topos}
     table = _table(rows, paths)
     spines = paths[topos[0]]
@@ -216,10 +212,8 @@ def flows_per_link(flows: list[dict[str, Any]]) -> dict[tuple[str, str, str], in
 
 def plot(run_dir: Path) -> list[Path]:
     """Throughput per policy with spread, uplink load heatmap, FCT CDF."""
-    plt = plotstyle.pyplot()
-    summary = results.read_json(run_dir / "summary.json")
+    plt, summary, runs = load_run(run_dir)
     valid = summary["valid"]
-    runs = results.read_csv(run_dir / "runs.csv")
     flows = results.read_csv(run_dir / "flows.csv")
     uplinks = results.read_csv(run_dir / "uplinks.csv")
     written = []

@@ -11,10 +11,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import networkx as nx
 
+from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, fidelity
 from fabric.emulation.traffic import TrafficResult, build_plan, idle_path_check, run_plan
 from fabric.traffic.model import Transfer, TransportSpec
@@ -51,6 +52,86 @@ class Progress:
         self.done += 1
         print(f"[{self.name} {self.done}/{self.total}] {what}  "
               f"({elapsed:.0f} s elapsed, ~{eta:.0f} s left)", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Scheduled:
+    """One traffic run of an experiment on a running fabric.
+
+    ``keys`` name the run: they lead its runs.csv and flows.csv rows, its
+    progress line and its work directory. ``context`` carries what the
+    experiment's row function needs; ``prepare`` runs on the fabric first
+    (e.g. a per-route RTO).
+    """
+
+    keys: dict[str, Any]
+    transfers: list[Transfer]
+    seed: int
+    context: Any = None
+    prepare: Callable[[Emulation], None] | None = None
+
+    @property
+    def name(self) -> str:
+        """The run's work directory name: its key values joined."""
+        return "-".join(str(v) for v in self.keys.values())
+
+
+@dataclass
+class RunLog:
+    """What an experiment's runs produced, over all its bring-ups."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    flows: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+
+    def write(self, run_dir: Path) -> dict[str, Any]:
+        """Write runs.csv and flows.csv; return the merged fidelity report."""
+        results.write_csv(run_dir / "runs.csv", self.rows)
+        results.write_csv(run_dir / "flows.csv", self.flows)
+        return results.merge_fidelity(self.reports)
+
+
+RowFunction = Callable[[Scheduled, TrafficResult, dict[str, Any]], dict[str, Any]]
+
+
+def run_schedules(emu: Emulation, runs: Iterable[Scheduled], transport: TransportSpec,
+                  workdir: Path, progress: Progress, row_of: RowFunction, log: RunLog,
+                  deadline_s: float = 120.0) -> None:
+    """The idle-path check, then every run on one bring-up, logged with its fidelity.
+
+    Parameters
+    ----------
+    emu : Emulation
+        The running fabric.
+    runs : iterable of Scheduled
+        Consumed lazily, so schedules can depend on the bring-up's rate.
+    transport : TransportSpec
+        Of every run (and of the idle check).
+    workdir : Path
+        This bring-up's work directory: ``idle/`` and one directory per run.
+    progress : Progress
+        Stepped once per run.
+    row_of : callable
+        ``(run, result, fidelity report) -> runs.csv fields`` beyond the keys
+        and the per-run fidelity values.
+    log : RunLog
+        Receives the rows, the flows and the fidelity reports.
+    deadline_s : float
+        A run that has not finished by then fails.
+    """
+    idle = idle_check(emu, transport, workdir / "idle")
+    for run in runs:
+        progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))
+        if run.prepare:
+            run.prepare(emu)
+        result = traffic_run(emu, run.transfers, transport, workdir / run.name, run.seed,
+                             deadline_s=deadline_s)
+        report = fidelity_of(result, [idle])
+        log.reports.append(report)
+        log.rows.append({**run.keys, **row_of(run, result, report), **run_checks(report)})
+        log.flows += [{**run.keys, "id": r["id"], "src": r["src"], "dst": r["dst"],
+                       "bytes": r["bytes"], "fct_s": r["fct_s"],
+                       "path": "/".join(r["path"] or [])} for r in result.transfer_rows()]
 
 
 def traffic_run(emu: Emulation, transfers: list[Transfer], transport: TransportSpec,
@@ -101,6 +182,18 @@ def run_checks(report: dict[str, Any]) -> dict[str, Any]:
     """The per-run values of the load-dependent fidelity checks, for a runs.csv row."""
     values = {c["name"]: c["value"] for c in report.get("checks", [])}
     return {name: values.get(name) for name in RUN_CHECKS}
+
+
+def load_run(run_dir: Path) -> tuple[Any, dict[str, Any], list[dict[str, str]]]:
+    """What every ``plot`` starts from: pyplot in the paper style, the run's
+    ``summary.json`` and its ``runs.csv`` rows."""
+    return (plotstyle.pyplot(), results.read_json(run_dir / "summary.json"),
+            results.read_csv(run_dir / "runs.csv"))
+
+
+def as_float(value: Any) -> float | None:
+    """A CSV cell as a float; None for an empty cell (a figure that was not measured)."""
+    return None if value in (None, "") else float(value)
 
 
 def mean_or_none(values: list[Any], digits: int = 4) -> float | None:

@@ -29,13 +29,13 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, fidelity_of, idle_check, mean_or_none,
-                                run_checks, traffic_run)
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
+                                run_checks, run_schedules)
 from fabric.analysis import plotstyle, results
 from fabric.analysis.report import metric_rows, summarize
 from fabric.emulation import Emulation, EmulationOptions
@@ -170,6 +170,12 @@ def _rounded(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def run_keys(cfg: RunConfig) -> dict[str, Any]:
+    """The fields that name one run in runs.csv and rounds.csv."""
+    return {"senders": cfg.senders, "buffer_pkts": cfg.buffer_pkts,
+            "rto_min_ms": cfg.rto_min_ms, "admission": cfg.admission or 0, "seed": cfg.seed}
+
+
 def measure(cfg: RunConfig, spec: PatternSpec, result: Any, client: str, servers: list[str],
             host_mbps: float, report: dict[str, Any]) -> tuple[dict, list[dict]]:
     """The runs.csv row and the rounds.csv rows of one traffic run.
@@ -190,8 +196,7 @@ def measure(cfg: RunConfig, spec: PatternSpec, result: Any, client: str, servers
         for key in counters:
             counters[key] += int(agent.get("netstat", {}).get(key, 0))
     stripe = spec.size_bytes // cfg.senders
-    keys = {"senders": cfg.senders, "buffer_pkts": cfg.buffer_pkts,
-            "rto_min_ms": cfg.rto_min_ms, "admission": cfg.admission or 0, "seed": cfg.seed}
+    keys = run_keys(cfg)
     row = {**keys, "host_mbps": host_mbps, "stripe_bytes": stripe,
            "burst_pkts": burst_pkts(cfg.senders, stripe), "rounds": spec.rounds,
            "goodput_frac": _rounded(summary.get("goodput_frac"), 4),
@@ -222,7 +227,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     progress = Progress(len(configs), NAME)
     print(f"[{NAME}] {len(grid.buffers)} bring-ups, {len(configs)} runs, estimated "
           f"~{estimate:.0f} s", file=sys.stderr, flush=True)
-    rows, round_rows, reports, rates = [], [], [], set()
+    log, round_rows, rates = RunLog(), [], set()
     for buffer_pkts in grid.buffers:
         options = EmulationOptions(host_mbps=host_rate(ctx.host_mbps),
                                    queue_pkts=buffer_pkts, busy_links=BUSY_LINKS)
@@ -230,27 +235,29 @@ def run(ctx: RunContext) -> dict[str, Any]:
             host_mbps = emu.report.rate_plan.host_mbps
             rates.add(host_mbps)
             stripe = stripe_bytes(host_mbps)
-            idle = idle_check(emu, transport, ctx.run_dir / "work" / f"q{buffer_pkts}-idle")
-            for cfg in (c for c in configs if c.buffer_pkts == buffer_pkts):
-                progress.step(f"buffer {buffer_pkts} rto {cfg.rto_min_ms} ms admission "
-                              f"{cfg.admission or '-'} senders {cfg.senders} seed {cfg.seed}")
-                # Every endpoint, every run: 200 is set back explicitly, nothing is stale.
-                set_rto_min(emu, endpoints, cfg.rto_min_ms)
-                spec = pattern_spec(cfg.senders, stripe, grid.rounds, cfg.admission)
-                transfers, client, servers = incast_transfers(graph, spec)
-                workdir = (ctx.run_dir / "work" / f"q{buffer_pkts}-rto{cfg.rto_min_ms}-"
-                           f"w{cfg.admission or 0}-n{cfg.senders}-{cfg.seed}")
-                result = traffic_run(emu, transfers, transport, workdir, cfg.seed,
-                                     deadline_s=30.0 if ctx.quick else 60.0)
-                report = fidelity_of(result, [idle])
-                reports.append(report)
-                row, rounds = measure(cfg, spec, result, client, servers, host_mbps, report)
-                rows.append(row)
-                round_rows += rounds
+
+            def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+                cfg, spec, client, servers, rate = run.context
+                row, rounds = measure(cfg, spec, result, client, servers, rate, report)
+                round_rows.extend(rounds)
+                return row
+
+            def runs() -> Iterator[Scheduled]:
+                for cfg in (c for c in configs if c.buffer_pkts == buffer_pkts):
+                    spec = pattern_spec(cfg.senders, stripe, grid.rounds, cfg.admission)
+                    transfers, client, servers = incast_transfers(graph, spec)
+                    # Every endpoint, every run: 200 is set back explicitly, nothing is stale.
+                    yield Scheduled(run_keys(cfg), transfers, cfg.seed,
+                                    (cfg, spec, client, servers, host_mbps),
+                                    prepare=lambda emu, ms=cfg.rto_min_ms:
+                                    set_rto_min(emu, endpoints, ms))
+
+            run_schedules(emu, runs(), transport, ctx.run_dir / "work" / f"q{buffer_pkts}",
+                          progress, row_of, log, deadline_s=30.0 if ctx.quick else 60.0)
             set_rto_min(emu, endpoints, DEFAULT_RTO_MS)
-    results.write_csv(ctx.run_dir / "runs.csv", rows)
+    rows = log.rows
+    fid = log.write(ctx.run_dir)
     results.write_csv(ctx.run_dir / "rounds.csv", round_rows)
-    fid = results.merge_fidelity(reports)
     table = _table(rows)
     host_mbps = min(rates)
     stripe = stripe_bytes(host_mbps)
@@ -382,10 +389,8 @@ def _sweep_figure(plt: Any, runs: list[dict], field: str, ylabel: str,
 
 def plot(run_dir: Path) -> list[Path]:
     """Goodput collapse curve, p99 round time and TCP timeouts vs senders."""
-    plt = plotstyle.pyplot()
-    summary = results.read_json(run_dir / "summary.json")
+    plt, summary, runs = load_run(run_dir)
     valid = summary["valid"]
-    runs = results.read_csv(run_dir / "runs.csv")
     written = []
     fig, axes = _sweep_figure(plt, runs, "goodput_frac", "goodput / line rate")
     for ax in axes[0]:

@@ -31,8 +31,8 @@ from typing import Any, Sequence
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, fidelity_of, idle_check, mean_or_none,
-                                run_checks, traffic_run)
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
+                                run_schedules)
 from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.model import graph as fg
@@ -199,6 +199,17 @@ def add_slowdowns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+    host_mbps, who = run.context
+    measured = measure_iteration(result, host_mbps, who.storage_endpoints_on_ring)
+    return {"host_mbps": host_mbps, "collective_ms": measured["collective_ms"],
+            "collective_slowdown": None,
+            "storage_goodput_frac": measured["storage_goodput_frac"],
+            "storage_bytes": measured["storage_bytes"],
+            "complete": bool(result.complete and not result.errors),
+            "valid": bool(report["valid"])}
+
+
 def run(ctx: RunContext) -> dict[str, Any]:
     """Run baseline and storage iterations per lanes setting; write CSVs and the summary."""
     topo = ctx.topo or DEFAULT_TOPO
@@ -212,44 +223,23 @@ def run(ctx: RunContext) -> dict[str, Any]:
     progress = Progress(len(LANES) * run_count(mode, len(seeds)), NAME)
     print(f"[{NAME}] {len(LANES)} bring-ups, {progress.total} runs, estimated "
           f"~{estimate:.0f} s", file=sys.stderr, flush=True)
-    rows, flow_rows, reports, rates = [], [], [], set()
+    log, rates = RunLog(), set()
     for lanes_name, lanes in LANES.items():
         with Emulation(graph, EmulationOptions(host_mbps=ctx.host_mbps, lanes=lanes)) as emu:
             host_mbps = emu.report.rate_plan.host_mbps
             rates.add(host_mbps)
-            idle = idle_check(emu, transport, ctx.run_dir / "work" / f"{lanes_name}-idle")
-            for seed in seeds:
-                for iteration in range(mode.iterations):
-                    for phase in PHASES:  # interleaved: drift hits both alike
-                        progress.step(f"{lanes_name} lanes seed {seed} iteration {iteration} "
-                                      f"{phase}")
-                        transfers = iteration_transfers(graph, host_mbps, phase == "storage", who)
-                        workdir = (ctx.run_dir / "work" /
-                                   f"{lanes_name}-{seed}-{iteration}-{phase}")
-                        result = traffic_run(emu, transfers, transport, workdir, seed,
-                                             deadline_s=60.0)
-                        report = fidelity_of(result, [idle])
-                        reports.append(report)
-                        measured = measure_iteration(result, host_mbps,
-                                                     who.storage_endpoints_on_ring)
-                        rows.append({"lanes": lanes_name, "seed": seed, "iteration": iteration,
-                                     "phase": phase, "host_mbps": host_mbps,
-                                     "collective_ms": measured["collective_ms"],
-                                     "collective_slowdown": None,
-                                     "storage_goodput_frac": measured["storage_goodput_frac"],
-                                     "storage_bytes": measured["storage_bytes"],
-                                     "complete": bool(result.complete and not result.errors),
-                                     "valid": bool(report["valid"]),
-                                     **run_checks(report)})
-                        flow_rows += [{"lanes": lanes_name, "seed": seed,
-                                       "iteration": iteration, "phase": phase, "id": r["id"],
-                                       "src": r["src"], "dst": r["dst"], "bytes": r["bytes"],
-                                       "fct_s": r["fct_s"], "path": "/".join(r["path"] or [])}
-                                      for r in result.transfer_rows()]
+            # interleaved phases: drift hits both alike
+            runs = (Scheduled({"lanes": lanes_name, "seed": seed, "iteration": iteration,
+                               "phase": phase},
+                              iteration_transfers(graph, host_mbps, phase == "storage", who),
+                              seed, (host_mbps, who))
+                    for seed in seeds for iteration in range(mode.iterations)
+                    for phase in PHASES)
+            run_schedules(emu, runs, transport, ctx.run_dir / "work" / lanes_name, progress,
+                          _row_of, log, deadline_s=60.0)
+    rows = log.rows
     add_slowdowns(rows)
-    results.write_csv(ctx.run_dir / "runs.csv", rows)
-    results.write_csv(ctx.run_dir / "flows.csv", flow_rows)
-    fid = results.merge_fidelity(reports)
+    fid = log.write(ctx.run_dir)
     table = _table(rows)
     host_mbps = min(rates)
     notes = _notes(who, host_mbps)
@@ -329,22 +319,16 @@ def _values(runs: list[dict], lanes: str, phase: str, field: str) -> list[float]
 
 def _bars(ax: Any, names: Sequence[str], values: list[list[float]]) -> None:
     for i, (name, vals) in enumerate(zip(names, values)):
-        if not vals:
-            continue
-        mean = statistics.fmean(vals)
-        ax.bar(i, mean, width=0.6, color=plotstyle.colour(name, i), alpha=0.8,
-               yerr=[[mean - min(vals)], [max(vals) - mean]], capsize=3)
-        ax.scatter([i] * len(vals), vals, s=10, color="black", zorder=3)
+        if vals:
+            plotstyle.spread_bar(ax, i, vals, plotstyle.colour(name, i))
     ax.set_xticks(range(len(names)), names)
     ax.set_xlabel("lanes")
 
 
 def plot(run_dir: Path) -> list[Path]:
     """Slowdown and storage goodput per lanes setting; ring iteration times."""
-    plt = plotstyle.pyplot()
-    summary = results.read_json(run_dir / "summary.json")
+    plt, summary, runs = load_run(run_dir)
     valid = summary["valid"]
-    runs = results.read_csv(run_dir / "runs.csv")
     names = [l for l in LANES if any(r["lanes"] == l for r in runs)]
     written = []
     fig, (left, right) = plt.subplots(1, 2, figsize=(6.4, 2.6))

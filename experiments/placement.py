@@ -42,8 +42,8 @@ from typing import Any
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, fidelity_of, idle_check, run_checks,
-                                traffic_run)
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_float, load_run,
+                                run_schedules)
 from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, EmulationOptions, capacity, ovs
 from fabric.model import graph as fg
@@ -208,6 +208,12 @@ def run_row(graph: nx.Graph, spec: str, run: dict[str, Any], seed: int, host_mbp
             "valid": bool(valid and span)}
 
 
+def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+    c = run.context
+    return run_row(c["graph"], c["spec"], c, run.seed, c["host_mbps"], result.transfer_rows(),
+                   report["valid"])
+
+
 def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """busbw_frac mean/min/max per (oversubscription, placement); incomplete runs counted."""
     groups: dict[tuple, list[dict]] = {}
@@ -242,31 +248,19 @@ def run(ctx: RunContext) -> dict[str, Any]:
     host_mbps = ctx.host_mbps or common_host_mbps(list(graphs.values()), datapath)
     transport = TransportSpec("tcp")
     progress = Progress(len(specs) * len(seeds) * len(PLACEMENTS), NAME)
-    rows, flow_rows, reports = [], [], []
+    log = RunLog()
     for over, spec in specs:
         graph = graphs[spec]
         with Emulation(graph, EmulationOptions(host_mbps=host_mbps)) as emu:
             used = emu.report.rate_plan.host_mbps
-            idle = idle_check(emu, transport, ctx.run_dir / "work" / f"over{over}-idle")
-            for seed in seeds:
-                for sched in schedules(graph, seed, used, target, n):
-                    placement = sched["placement"]
-                    progress.step(f"oversub {over} {placement} seed {seed}")
-                    workdir = ctx.run_dir / "work" / f"over{over}-{placement}-{seed}"
-                    result = traffic_run(emu, sched["transfers"], transport, workdir, seed,
-                                         deadline_s=max(30.0, DEADLINE_FACTOR * target))
-                    report = fidelity_of(result, [idle])
-                    reports.append(report)
-                    transfer_rows = result.transfer_rows()
-                    rows.append({**run_row(graph, spec, sched, seed, used, transfer_rows,
-                                           report["valid"]), **run_checks(report)})
-                    flow_rows += [{"oversubscription": over, "placement": placement,
-                                   "seed": seed, "id": r["id"], "src": r["src"],
-                                   "dst": r["dst"], "bytes": r["bytes"], "fct_s": r["fct_s"],
-                                   "path": "/".join(r["path"] or [])} for r in transfer_rows]
-    results.write_csv(ctx.run_dir / "runs.csv", rows)
-    results.write_csv(ctx.run_dir / "flows.csv", flow_rows)
-    fid = results.merge_fidelity(reports)
+            runs = (Scheduled({"oversubscription": over, "placement": sched["placement"],
+                               "seed": seed}, sched["transfers"], seed,
+                              {**sched, "graph": graph, "spec": spec, "host_mbps": used})
+                    for seed in seeds for sched in schedules(graph, seed, used, target, n))
+            run_schedules(emu, runs, transport, ctx.run_dir / "work" / f"over{over}", progress,
+                          _row_of, log, deadline_s=max(30.0, DEADLINE_FACTOR * target))
+    rows = log.rows
+    fid = log.write(ctx.run_dir)
     table = _table(rows)
     results.write_summary(ctx.run_dir, NAME, table, fid,
                           {"question": QUESTION, "topologies": [s for _, s in specs],
@@ -292,17 +286,11 @@ def run(ctx: RunContext) -> dict[str, Any]:
             "notes": notes}
 
 
-def _float(value: Any) -> float | None:
-    return None if value in (None, "") else float(value)
-
-
 def plot(run_dir: Path) -> list[Path]:
     """Grouped bars of busbw / host rate (oversubscription x placement) with
     spread; busbw against the spine-crossing share."""
-    plt = plotstyle.pyplot()
-    summary = results.read_json(run_dir / "summary.json")
+    plt, summary, runs = load_run(run_dir)
     valid = summary["valid"]
-    runs = results.read_csv(run_dir / "runs.csv")
     overs = sorted({float(r["oversubscription"]) for r in runs})
     placements = [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
     width = 0.8 / max(1, len(placements))
@@ -313,18 +301,12 @@ def plot(run_dir: Path) -> list[Path]:
         for i, over in enumerate(overs):
             mine = [r for r in runs if float(r["oversubscription"]) == over
                     and r["placement"] == placement]
-            values = [v for v in (_float(r["busbw_frac"]) for r in mine) if v is not None]
+            values = [v for v in (as_float(r["busbw_frac"]) for r in mine) if v is not None]
             x = i + (j - (len(placements) - 1) / 2) * width
             if values:
-                mean = statistics.fmean(values)
-                ax.bar(x, mean, width=width * 0.9, color=plotstyle.colour(placement, j),
-                       alpha=0.7, label=placement if i == 0 else None,
-                       yerr=[[mean - min(values)], [max(values) - mean]], capsize=3)
-                ax.scatter([x] * len(values), values, s=10, color="black", zorder=3)
-            failed = len(mine) - len(values)
-            if failed:
-                ax.annotate(f"{failed} incomplete", (x, 0.02), ha="center", fontsize=6,
-                            color="#D55E00", rotation=90)
+                plotstyle.spread_bar(ax, x, values, plotstyle.colour(placement, j),
+                                     width=width * 0.9, label=placement if i == 0 else None)
+            plotstyle.mark_incomplete(ax, x, len(mine) - len(values), rotation=90)
     ax.set_xticks(range(len(overs)), [f"{o:g}:1" for o in overs])
     ax.set_xlabel("leaf oversubscription")
     ax.set_ylabel("busbw / host rate")
@@ -337,7 +319,7 @@ def plot(run_dir: Path) -> list[Path]:
     markers = ["o", "s", "^", "D"]
     for i, over in enumerate(overs):
         for j, placement in enumerate(placements):
-            pts = [(float(r["spine_crossing_share"]), _float(r["busbw_frac"])) for r in runs
+            pts = [(float(r["spine_crossing_share"]), as_float(r["busbw_frac"])) for r in runs
                    if float(r["oversubscription"]) == over and r["placement"] == placement]
             pts = [(x, y) for x, y in pts if y is not None]
             if pts:

@@ -43,8 +43,8 @@ from typing import Any
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, fidelity_of, idle_check, run_checks,
-                                traffic_run)
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_float, load_run,
+                                run_schedules)
 from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.model import graph as fg
@@ -256,6 +256,12 @@ def run_row(graph: nx.Graph, run: dict[str, Any], seed: int, host_mbps: float,
     return row
 
 
+def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+    c = run.context
+    return run_row(c["graph"], c, run.seed, c["host_mbps"], result.transfer_rows(),
+                   result.links.totals(), result.paths, report["valid"])
+
+
 def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """busbw_frac mean/min/max, inter-zone bytes and the bound per placement.
 
@@ -313,30 +319,16 @@ def run(ctx: RunContext) -> dict[str, Any]:
     target = TARGET_S[ctx.quick]
     transport = TransportSpec("tcp")
     progress = Progress(len(seeds) * len(PLACEMENTS), NAME)
-    rows, flow_rows, reports = [], [], []
+    log = RunLog()
     with Emulation(graph, EmulationOptions(host_mbps=ctx.host_mbps)) as emu:
         host_mbps = emu.report.rate_plan.host_mbps
-        idle = idle_check(emu, transport, ctx.run_dir / "work" / "idle")
-        for seed in seeds:
-            for sched in schedules(graph, seed, host_mbps, target, n):
-                placement = sched["placement"]
-                progress.step(f"{placement} seed {seed}")
-                workdir = ctx.run_dir / "work" / f"{placement}-{seed}"
-                result = traffic_run(emu, sched["transfers"], transport, workdir, seed,
-                                     deadline_s=max(30.0, DEADLINE_FACTOR * target))
-                report = fidelity_of(result, [idle])
-                reports.append(report)
-                transfer_rows = result.transfer_rows()
-                rows.append({**run_row(graph, sched, seed, host_mbps, transfer_rows,
-                                       result.links.totals(), result.paths, report["valid"]),
-                             **run_checks(report)})
-                flow_rows += [{"placement": placement, "seed": seed, "id": r["id"],
-                               "src": r["src"], "dst": r["dst"], "bytes": r["bytes"],
-                               "fct_s": r["fct_s"], "path": "/".join(r["path"] or [])}
-                              for r in transfer_rows]
-    results.write_csv(ctx.run_dir / "runs.csv", rows)
-    results.write_csv(ctx.run_dir / "flows.csv", flow_rows)
-    fid = results.merge_fidelity(reports)
+        runs = (Scheduled({"placement": sched["placement"], "seed": seed}, sched["transfers"],
+                          seed, {**sched, "graph": graph, "host_mbps": host_mbps})
+                for seed in seeds for sched in schedules(graph, seed, host_mbps, target, n))
+        run_schedules(emu, runs, transport, ctx.run_dir / "work", progress, _row_of, log,
+                      deadline_s=max(30.0, DEADLINE_FACTOR * target))
+    rows = log.rows
+    fid = log.write(ctx.run_dir)
     table = _table(rows)
     results.write_summary(ctx.run_dir, NAME, table, fid,
                           {"question": QUESTION, "topology": spec, "ranks": n,
@@ -353,16 +345,10 @@ def run(ctx: RunContext) -> dict[str, Any]:
             "notes": _notes(rows)}
 
 
-def _float(value: Any) -> float | None:
-    return None if value in (None, "") else float(value)
-
-
 def plot(run_dir: Path) -> list[Path]:
     """busbw / host rate per placement with spread; inter-zone bytes per placement."""
-    plt = plotstyle.pyplot()
-    summary = results.read_json(run_dir / "summary.json")
+    plt, summary, runs = load_run(run_dir)
     valid = summary["valid"]
-    runs = results.read_csv(run_dir / "runs.csv")
     present = [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
     labels = [p.replace("cross-zone-contiguous", "cross-zone\ncontiguous")
               .replace("storage-", "storage\n") for p in present]
@@ -372,20 +358,18 @@ def plot(run_dir: Path) -> list[Path]:
     bound_label = "inter-zone bound"
     for i, placement in enumerate(present):
         mine = [r for r in runs if r["placement"] == placement]
-        values = [v for v in (_float(r["busbw_frac"]) for r in mine) if v is not None]
+        values = [v for v in (as_float(r["busbw_frac"]) for r in mine) if v is not None]
         failed = len(mine) - len(values)
         if values:
             ax.boxplot(values, positions=[i], widths=0.5, showfliers=False)
             ax.scatter([i] * len(values), values, s=12, zorder=3,
                        color=plotstyle.colour(placement, i))
-        bounds = [v for v in (_float(r["bound_frac"]) for r in mine) if v is not None]
+        bounds = [v for v in (as_float(r["bound_frac"]) for r in mine) if v is not None]
         if bounds and placement in JOB_PLACEMENTS:
             ax.scatter([i + 0.3] * len(bounds), bounds, marker="_", s=120, color="grey",
                        zorder=2, label=bound_label)
             bound_label = None  # one legend entry
-        if failed:
-            ax.annotate(f"{failed} incomplete", (i, 0.02), ha="center", fontsize=7,
-                        color="#D55E00")
+        plotstyle.mark_incomplete(ax, i, failed)
     ax.set_xticks(range(len(present)), labels)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("busbw / host rate\n(storage: goodput / host rate)")
@@ -397,9 +381,7 @@ def plot(run_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.6))
     for i, placement in enumerate(present):
         values = [float(r["interzone_bytes"]) / 1e6 for r in runs if r["placement"] == placement]
-        ax.bar(i, statistics.fmean(values), width=0.6, color=plotstyle.colour(placement, i),
-               alpha=0.6)
-        ax.scatter([i] * len(values), values, s=12, color="black", zorder=3)
+        plotstyle.spread_bar(ax, i, values, plotstyle.colour(placement, i))
     ax.set_xticks(range(len(present)), labels)
     ax.set_ylabel("bytes on inter-zone links (MB)")
     ax.set_title("traffic between the zones per run")

@@ -7,8 +7,9 @@ A figure of an invalid run (a failed fidelity check) carries that label.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
              "#000000"]
@@ -37,6 +38,22 @@ def pyplot() -> Any:
 def colour(name: str, index: int = 0) -> str:
     """The colour of a policy (fixed across figures) or the index-th palette colour."""
     return POLICY_COLOURS.get(name, OKABE_ITO[index % len(OKABE_ITO)])
+
+
+def spread_bar(ax: Any, x: float, values: Sequence[float], colour: str, width: float = 0.6,
+               label: str | None = None) -> None:
+    """A bar at the mean of ``values``, a min-max whisker and every value as a dot."""
+    mean = statistics.fmean(values)
+    ax.bar(x, mean, width=width, color=colour, alpha=0.7, label=label,
+           yerr=[[mean - min(values)], [max(values) - mean]], capsize=3)
+    ax.scatter([x] * len(values), values, s=10, color="black", zorder=3)
+
+
+def mark_incomplete(ax: Any, x: float, count: int, **text: Any) -> None:
+    """Write how many runs at ``x`` did not complete (nothing when none)."""
+    if count:
+        ax.annotate(f"{count} incomplete", (x, 0.02), ha="center", fontsize=7,
+                    color=OKABE_ITO[3], **text)
 
 
 def save(fig: Any, run_dir: Path, name: str, valid: bool = True) -> list[Path]:

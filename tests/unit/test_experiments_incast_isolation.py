@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import topologies
-from experiments import EXPERIMENTS, incast, isolation
+from experiments import EXPERIMENTS, common, incast, isolation
 from experiments.common import completion_check
 from fabric.analysis import results
 from fabric.emulation.traffic import TrafficResult
@@ -382,14 +382,14 @@ def _fake_fabric(monkeypatch, module, fail_prefix=None):
     _FakeEmulation.made = []
     rto_calls = []
     monkeypatch.setattr(module, "Emulation", _FakeEmulation)
-    monkeypatch.setattr(module, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
         "idle_path_rate", 0.99, 0.9, True))
 
     def run(emu, transfers, transport, workdir, seed, deadline_s=120.0):
         fail = {t.id for t in transfers if fail_prefix and t.id.startswith(fail_prefix)}
         return fake_result(transfers, fail=fail)
 
-    monkeypatch.setattr(module, "traffic_run", run)
+    monkeypatch.setattr(common, "traffic_run", run)
     if hasattr(module, "set_rto_min"):
         monkeypatch.setattr(module, "set_rto_min",
                             lambda emu, eps, ms: rto_calls.append((len(eps), ms)))

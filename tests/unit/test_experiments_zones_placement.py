@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 
 import topologies
-from experiments import EXPERIMENTS, placement, zones
+from experiments import EXPERIMENTS, common, placement, zones
 from experiments.common import RunContext
 from fabric.analysis import results
 from fabric.cli import format_table
@@ -279,8 +279,8 @@ def _fake_traffic(fail_ids=()):
 
 def _patch(monkeypatch, module, fail_ids=()):
     monkeypatch.setattr(module, "Emulation", FakeEmulation)
-    monkeypatch.setattr(module, "traffic_run", _fake_traffic(fail_ids))
-    monkeypatch.setattr(module, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+    monkeypatch.setattr(common, "traffic_run", _fake_traffic(fail_ids))
+    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
         "idle_path_rate", 0.98, 0.9, True))
 
 
