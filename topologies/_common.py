@@ -1,7 +1,8 @@
-"""Parameter checks shared by the builders: every bad value raises at once.
+"""What the builders share: parameter checks and the leaf-spine uplink rate.
 
-Messages are one line, ``"<builder>: <parameter> must be ..., got <value>"``,
-so a typo in a spec is reported against the parameter that caused it.
+Every bad value raises at once. Messages are one line,
+``"<builder>: <parameter> must be ..., got <value>"``, so a typo in a spec is
+reported against the parameter that caused it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def check_count(topo: str, name: str, value: object, minimum: int = 1) -> None:
         raise TopologyError(f"{topo}: {name} must be >= {minimum}, got {value}")
 
 
+def check_counts(topo: str, **counts: object) -> None:
+    """:func:`check_count` (minimum 1) on every keyword."""
+    for name, value in counts.items():
+        check_count(topo, name, value)
+
+
 def check_rate(topo: str, name: str, value: object) -> None:
     """Raise unless ``value`` is a finite number > 0."""
     if (isinstance(value, bool) or not isinstance(value, (int, float))
@@ -48,3 +55,9 @@ def check_size(topo: str, n_endpoints: int, n_switches: int, params: str) -> Non
     if n_switches > MAX_SWITCHES:
         raise TopologyError(f"{topo}: {params} gives {n_switches} switches, "
                             f"above the limit of {MAX_SWITCHES}")
+
+
+def uplink_gbps(down_ports: int, gbps: float, spines: int, oversub: float) -> float:
+    """Rate of each leaf-spine link: a leaf of ``down_ports`` hosts at ``gbps``
+    spread over ``spines`` uplinks, ``oversub`` times thinner (1.0: non-blocking)."""
+    return down_ports * gbps / spines / oversub

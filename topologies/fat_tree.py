@@ -58,9 +58,7 @@ def fat_tree(k: int = 4, gbps: float = 100.0) -> nx.Graph:
                 host = fb.add_endpoint(f"p{pod}e{i}h{h}", "host", pod=pod, index=host_index)
                 host_index += 1
                 fb.link(host, edge, gbps, addr_group=pod)
-            for agg in aggs:
-                fb.link(edge, agg, gbps)
+            fb.link_all([edge], aggs, gbps)
         for j, agg in enumerate(aggs):
-            for core in cores[j * half:(j + 1) * half]:
-                fb.link(agg, core, gbps)
+            fb.link_all([agg], cores[j * half:(j + 1) * half], gbps)
     return fb.build()

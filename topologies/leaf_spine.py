@@ -5,7 +5,8 @@ from __future__ import annotations
 import networkx as nx
 
 from fabric.model.graph import FabricBuilder
-from topologies._common import check_count, check_oversub, check_rate, check_size
+from topologies._common import (check_counts, check_oversub, check_rate, check_size,
+                                uplink_gbps)
 
 NAME = "leaf-spine"
 
@@ -41,9 +42,7 @@ def leaf_spine(leaves: int = 4, spines: int = 4, hosts_per_leaf: int = 4, gbps: 
     TopologyError
         On a bad parameter or a fabric above the size limits.
     """
-    for name, value in (("leaves", leaves), ("spines", spines),
-                        ("hosts_per_leaf", hosts_per_leaf)):
-        check_count(NAME, name, value)
+    check_counts(NAME, leaves=leaves, spines=spines, hosts_per_leaf=hosts_per_leaf)
     check_rate(NAME, "gbps", gbps)
     check_oversub(NAME, oversub)
     check_size(NAME, leaves * hosts_per_leaf, leaves + spines,
@@ -57,8 +56,5 @@ def leaf_spine(leaves: int = 4, spines: int = 4, hosts_per_leaf: int = 4, gbps: 
         for j in range(hosts_per_leaf):
             host = fb.add_endpoint(f"l{i}h{j}", "host", index=i * hosts_per_leaf + j)
             fb.link(host, leaf, gbps)
-    uplink = hosts_per_leaf * gbps / spines / oversub
-    for leaf in leaf_names:
-        for spine in spine_names:
-            fb.link(leaf, spine, uplink)
+    fb.link_all(leaf_names, spine_names, uplink_gbps(hosts_per_leaf, gbps, spines, oversub))
     return fb.build()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import networkx as nx
 
 from fabric.model.graph import FabricBuilder, TopologyError
-from topologies._common import MAX_ENDPOINTS, check_count, check_oversub, check_rate, check_size
+from topologies._common import (MAX_ENDPOINTS, check_counts, check_oversub, check_rate,
+                                check_size, uplink_gbps)
 
 NAME = "rail-clos"
 
@@ -50,9 +51,8 @@ def rail_clos(servers: int = 8, gpus: int = 2, servers_per_leaf: int = 4, spines
     TopologyError
         On a bad parameter or a fabric above the size limits.
     """
-    for name, value in (("servers", servers), ("gpus", gpus),
-                        ("servers_per_leaf", servers_per_leaf), ("spines", spines)):
-        check_count(NAME, name, value)
+    check_counts(NAME, servers=servers, gpus=gpus, servers_per_leaf=servers_per_leaf,
+                 spines=spines)
     check_rate(NAME, "gbps", gbps)
     check_oversub(NAME, oversub)
     if servers_per_leaf > MAX_ENDPOINTS:  # would only inflate the uplink rate
@@ -74,9 +74,7 @@ def rail_clos(servers: int = 8, gpus: int = 2, servers_per_leaf: int = 4, spines
         for rail in range(gpus):
             host = fb.add_endpoint(f"h{server}g{rail}", "host", server=server, rail=rail)
             fb.link(host, leaves[rail][server // servers_per_leaf], gbps, addr_group=rail)
-    uplink = servers_per_leaf * gbps / spines / oversub
+    uplink = uplink_gbps(servers_per_leaf, gbps, spines, oversub)
     for rail_leaves in leaves:
-        for leaf in rail_leaves:
-            for spine in spine_names:
-                fb.link(leaf, spine, uplink)
+        fb.link_all(rail_leaves, spine_names, uplink)
     return fb.build()

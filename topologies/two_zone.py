@@ -5,7 +5,8 @@ from __future__ import annotations
 import networkx as nx
 
 from fabric.model.graph import FabricBuilder, TopologyError
-from topologies._common import check_count, check_oversub, check_rate, check_size
+from topologies._common import (check_count, check_counts, check_oversub, check_rate,
+                                check_size, uplink_gbps)
 
 NAME = "two-zone"
 ZONES = (0, 1)
@@ -52,9 +53,8 @@ def two_zone(hosts_per_leaf: int = 3, leaves: int = 2, spines: int = 2, interzon
     TopologyError
         On a bad parameter or a fabric above the size limits.
     """
-    for name, value in (("hosts_per_leaf", hosts_per_leaf), ("leaves", leaves),
-                        ("spines", spines), ("interzone_links", interzone_links)):
-        check_count(NAME, name, value)
+    check_counts(NAME, hosts_per_leaf=hosts_per_leaf, leaves=leaves, spines=spines,
+                 interzone_links=interzone_links)
     check_count(NAME, "storage", storage, minimum=0)
     if interzone_links > spines:
         raise TopologyError(f"{NAME}: interzone_links must be <= spines ({spines}), "
@@ -82,11 +82,9 @@ def two_zone(hosts_per_leaf: int = 3, leaves: int = 2, spines: int = 2, interzon
         node = fb.add_endpoint(f"st{i}", "storage", index=i)
         for z in ZONES:  # port z faces zone z
             fb.link(node, zone_leaves[z][i % leaves], gbps, addr_group=z)
-    uplink = hosts_per_leaf * gbps / spines / oversub
+    uplink = uplink_gbps(hosts_per_leaf, gbps, spines, oversub)
     for z in ZONES:
-        for leaf in zone_leaves[z]:
-            for spine in zone_spines[z]:
-                fb.link(leaf, spine, uplink)
+        fb.link_all(zone_leaves[z], zone_spines[z], uplink)
     for i in range(interzone_links):
         fb.link(zone_spines[0][i], zone_spines[1][i], gbps)
     return fb.build()

@@ -182,6 +182,13 @@ class FabricBuilder:
             if is_endpoint(self.graph, node):
                 self._add_nic(node, ports[node], addr_group)
 
+    def link_all(self, lowers: list[str], uppers: list[str], gbps: float) -> None:
+        """Link every node of ``lowers`` to every node of ``uppers`` (a full
+        bipartite tier, e.g. leaves to spines), lower by lower."""
+        for lower in lowers:
+            for upper in uppers:
+                self.link(lower, upper, gbps)
+
     def build(self) -> nx.Graph:
         """Finish: set per-NIC route prefixes, validate, return the graph."""
         for node in endpoints(self.graph):
