@@ -29,7 +29,7 @@ import functools
 import socket
 import struct
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -449,42 +449,30 @@ class RoceEngine(Engine):
             qp, record = sender.qp, sender.record
             record.bytes = qp.bytes_acked
             record.extra.update(
-                qpn=qp.qpn, packets=qp.count, packets_sent=qp.packets_sent,
-                retransmitted=qp.retransmitted, lost_detected=qp.lost_detected,
+                qpn=qp.qpn, packets=qp.count, **qp.counters(),
                 out_of_order=qp.peer_out_of_order, duplicates=qp.peer_duplicates,
-                cwnd_final=round(qp.cwnd, 2), srtt_us=None if qp.srtt is None
-                else round(qp.srtt * 1e6), rto_count=qp.rto_count,
-                acks_received=qp.acks_received, reorder_mult=qp.reorder_mult,
-                undone_cuts=qp.undone_cuts,
+                cwnd_final=round(qp.cwnd, 2),
+                srtt_us=None if qp.srtt is None else round(qp.srtt * 1e6),
+                reorder_mult=qp.reorder_mult, undone_cuts=qp.undone_cuts,
                 entropy_ports=sender.ports)
         for record, qp in self.receivers.values():
             record.bytes = qp.bytes
-            record.extra.update(
-                qpn=qp.qpn, packets=qp.count, packets_received=qp.packets_received,
-                packets_sent=qp.acks_sent, acks_sent=qp.acks_sent, retransmitted=0,
-                lost_detected=0, out_of_order=qp.out_of_order, duplicates=qp.duplicates,
-                bad_packets=qp.bad, cwnd_final=None)
+            record.extra.update(qpn=qp.qpn, packets=qp.count, **qp.counters(),
+                                packets_sent=qp.acks_sent, retransmitted=0, lost_detected=0,
+                                cwnd_final=None)
 
     def totals(self) -> dict[str, int]:
         """Counters summed over the agent's queue pairs (call after :meth:`snapshot`)."""
         send = [s.qp for s in self.senders.values()]
         recv = [qp for _, qp in self.receivers.values()]
-        return {
-            "data_packets_sent": sum(q.packets_sent for q in send),
-            "retransmitted": sum(q.retransmitted for q in send),
-            "lost_detected": sum(q.lost_detected for q in send),
-            "rto_count": sum(q.rto_count for q in send),
-            "acks_received": sum(q.acks_received for q in send),
-            "data_packets_received": sum(q.packets_received for q in recv),
-            "out_of_order": sum(q.out_of_order for q in recv),
-            "duplicates": sum(q.duplicates for q in recv),
-            "acks_sent": sum(q.acks_sent for q in recv),
-            "bytes_sent_acked": sum(q.bytes_acked for q in send),
-            "bytes_received": sum(q.bytes for q in recv),
-            "unknown_qp": self.unknown_qp, "bad_packets": self.bad_packets + sum(
-                q.bad for q in recv),
-            "send_errors": self.send_errors, "icmp_errors": self.icmp_errors,
-        }
+        totals = Counter(dict.fromkeys(SendQP.COUNTERS + RecvQP.COUNTERS, 0))
+        for qp in send + recv:
+            totals.update(qp.counters())
+        totals.update(bytes_sent_acked=sum(q.bytes_acked for q in send),
+                      bytes_received=sum(q.bytes for q in recv), unknown_qp=self.unknown_qp,
+                      bad_packets=self.bad_packets, send_errors=self.send_errors,
+                      icmp_errors=self.icmp_errors)
+        return dict(totals)
 
     def close(self) -> None:
         """Close every socket the engine opened."""

@@ -10,13 +10,16 @@ completion, or ``ack_delay_s`` after the first unacknowledged arrival.
 
 from __future__ import annotations
 
-from fabric.agent.bth import ACK_KIND, MAX_BITMAP_BYTES, PSN_MASK, ack_packet, unwrap
+from fabric.agent.bth import (ACK_KIND, MAX_BITMAP_BYTES, PSN_MASK, ack_packet, unwrap)
 
 _BITS = bytes.maketrans(b"\x00\x01", b"01")
 
 
 class RecvQP:
     """Reassembly state of one message.
+
+    The counters in :attr:`COUNTERS` are reported per transfer and summed per
+    agent.
 
     Parameters
     ----------
@@ -30,6 +33,8 @@ class RecvQP:
     ack_delay_s : float
         Longest an arrival waits for its ACK.
     """
+
+    COUNTERS = ("packets_received", "out_of_order", "duplicates", "bad_packets", "acks_sent")
 
     def __init__(self, qpn: int, nbytes: int, mtu: int, ack_every: int = 4,
                  ack_delay_s: float = 0.001) -> None:
@@ -50,10 +55,14 @@ class RecvQP:
         self.packets_received = 0
         self.out_of_order = 0
         self.duplicates = 0
-        self.bad = 0
+        self.bad_packets = 0
         self.acks_sent = 0
         self.closed = False     # the sender said it saw everything acknowledged
         self.last_rx = 0.0
+
+    def counters(self) -> dict[str, int]:
+        """The reported counters by name."""
+        return {name: getattr(self, name) for name in self.COUNTERS}
 
     @property
     def complete(self) -> bool:
@@ -64,14 +73,14 @@ class RecvQP:
         """Account one data packet; return True if an ACK should go out now.
 
         ``payload_len`` excludes BTH padding and ICRC. A packet outside the
-        message or of the wrong length is counted in :attr:`bad` and dropped.
+        message or of the wrong length is counted in :attr:`bad_packets` and dropped.
         """
         self.last_rx = now
         self.packets_received += 1
         index = unwrap(psn, self.cum)
         if not 0 <= index < self.count or payload_len != (
                 self.last_len if index == self.count - 1 else self.mtu):
-            self.bad += 1
+            self.bad_packets += 1
             return False
         self.trigger = index
         if self.got[index]:

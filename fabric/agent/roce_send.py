@@ -66,6 +66,8 @@ class SendQP:
         Tunables.
     """
 
+    COUNTERS = ("packets_sent", "retransmitted", "lost_detected", "rto_count", "acks_received")
+
     def __init__(self, qpn: int, nbytes: int, mtu: int, cc: CcConfig = CcConfig()) -> None:
         if nbytes < 1:
             raise ValueError("a message needs at least one byte")
@@ -107,7 +109,7 @@ class SendQP:
         self.episodes_since_widening = 0
         self.peer_duplicates = 0
         self.peer_out_of_order = 0
-        # counters reported per transfer
+        # reported per transfer (COUNTERS)
         self.packets_sent = 0
         self.retransmitted = 0
         self.lost_detected = 0
@@ -116,6 +118,10 @@ class SendQP:
         self.failed: str | None = None
 
     # -- state -------------------------------------------------------------------------
+    def counters(self) -> dict[str, int]:
+        """The reported counters by name."""
+        return {name: getattr(self, name) for name in self.COUNTERS}
+
     @property
     def done(self) -> bool:
         """Every PSN acknowledged."""

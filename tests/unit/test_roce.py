@@ -256,7 +256,7 @@ def test_loss_and_reordering_deliver_everything_once(seed):
     assert send.done and recv.complete
     assert recv.bytes == 800 * 1000 and send.bytes_acked == 800 * 1000
     assert send.retransmitted >= 20                         # ~40 packets were dropped
-    assert recv.bad == 0
+    assert recv.bad_packets == 0
     assert recv.packets_received == 800 + recv.duplicates   # each PSN delivered once
     assert 1 <= send.cwnd <= send.cc.max_cwnd
 
