@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(mininet openvswitch-switch iperf3 ethtool iputils-ping tcpdump iproute2
+# iperf (2): the Mininet CLI's iperf command runs it.
+APT_PACKAGES=(mininet openvswitch-switch iperf3 iperf ethtool iputils-ping tcpdump iproute2
               python3-venv python3-pip)
 SYS_PYTHON=/usr/bin/python3
 VENV=.venv

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import networkx as nx
 
-from fabric.emulation import capacity, hostconfig, ovs, runstate, shaping, system
+from fabric.emulation import capacity, hostconfig, mnclasses, ovs, runstate, shaping, system
 from fabric.model import graph as fg
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
@@ -131,11 +131,53 @@ class Emulation:
         """Return the Mininet host ``name``."""
         return self.net.get(name)
 
-    def interact(self) -> None:
-        """Run Mininet's interactive CLI on the running fabric until the user quits."""
-        from mininet.cli import CLI
+    def interact(self, stdin: Any = None) -> None:
+        """Run Mininet's CLI on the running fabric until the user quits (or ``stdin`` ends).
 
-        CLI(self.net)
+        Mininet prints command output at its ``output`` log level, which the
+        bring-up keeps quiet; the CLI runs at that level.
+        """
+        from mininet.cli import CLI
+        from mininet.log import setLogLevel
+
+        setLogLevel("output")
+        try:
+            CLI(self.net, stdin=stdin or sys.stdin)
+        finally:
+            setLogLevel("error")
+
+    def set_link_rate(self, a: str, b: str, mbps: float) -> None:
+        """Shape the link ``a``-``b`` (both directions) at ``mbps`` from now on: a
+        degraded link, up but slow. Queued packets stay; buffers and lanes keep
+        their sizes and shares.
+
+        Raises
+        ------
+        EmulationError
+            When there is no such link or the rate cannot be shaped.
+        """
+        if not self.graph.has_edge(a, b):
+            raise EmulationError(f"no link between {a} and {b}")
+        if not capacity.MIN_SHAPED_MBPS <= mbps <= capacity.MAX_SHAPED_MBPS:
+            raise EmulationError(f"link rate must be {capacity.MIN_SHAPED_MBPS}.."
+                                 f"{capacity.MAX_SHAPED_MBPS:g} Mbit/s, got {mbps}")
+        lanes = self.options.lanes
+        for node, other in ((a, b), (b, a)):
+            port_no = fg.port(self.graph, node, other)
+            if fg.is_endpoint(self.graph, node):  # NIC egress and, for the way in, its IFB
+                lines = [line for dev in (fg.intf_name(node, port_no),
+                                          hostconfig.ifb_name(node, port_no))
+                         for line in shaping.rate_change_lines(dev, mbps, lanes)]
+                batch = self.workdir / f"{node}-rate.tc"
+                batch.write_text("".join(line + "\n" for line in lines))
+                out = self.host(node).cmd(f"tc -batch {batch}")
+                if out.strip():
+                    raise EmulationError(f"{node}: changing the rate failed: {out.strip()}")
+            elif not fg.is_endpoint(self.graph, other):  # ports into endpoints: shaped there
+                lines = shaping.rate_change_lines(fg.intf_name(node, port_no), mbps, lanes)
+                system.run(["tc", "-batch", "-"],
+                           input_text="".join(line + "\n" for line in lines))
+        self.report.rate_plan.link_mbps[frozenset((a, b))] = mbps
 
     def controller_status(self) -> dict:
         """The controller's status report (ready switches, down links, events)."""
@@ -180,7 +222,7 @@ class Emulation:
             raise EmulationError(f"unknown routing policy {self.options.policy!r} "
                                  f"(known: {', '.join(POLICIES)})")
         for other in runstate.load_all():
-            if system.pid_alive(other.owner_pid) and other.owner_pid != os.getpid():
+            if system.running(other.owner_pid) and other.owner_pid != os.getpid():
                 raise EmulationError(f"another fabric run (pid {other.owner_pid}) is active; "
                                      f"wait for it or stop it and run `fabric clean`")
             runstate.undo(other)  # a dead run's leftovers would collide with ours
@@ -229,12 +271,12 @@ class Emulation:
     def _build_network(self) -> None:
         from mininet.link import Link
         from mininet.log import setLogLevel
-        from mininet.net import Mininet
-        from mininet.node import OVSSwitch, RemoteController
+        from mininet.node import RemoteController
 
         setLogLevel("error")
-        net = Mininet(topo=None, switch=OVSSwitch, link=Link, controller=None, build=False,
-                      autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        net = mnclasses.network_class()(
+            topo=None, switch=mnclasses.switch_class(), link=Link, controller=None, build=False,
+            autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         net.addController("c0", controller=RemoteController, ip="127.0.0.1",
                           port=self.options.controller_port)
@@ -276,6 +318,16 @@ class Emulation:
             out, _ = proc.communicate(timeout=60)
             if proc.returncode != 0:
                 raise EmulationError(f"configuring host {ep} failed: {out.decode().strip()}")
+            self._describe_nics(ep)
+
+    def _describe_nics(self, endpoint: str) -> None:
+        """Tell Mininet's interface objects the addresses the host batch gave them, so
+        its CLI (pingall, iperf, dump) knows them; nothing is run."""
+        host = self.host(endpoint)
+        for nic in self.graph.nodes[endpoint]["nics"]:
+            intf = host.intf(fg.intf_name(endpoint, nic["port"]))
+            intf.ip, intf.mac = nic["ip"], nic["mac"]
+            intf.prefixLen = int(nic["prefix"].split("/")[1])
 
     def wait_until_routed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
         """Block until the controller has confirmed every switch's routes."""
@@ -308,9 +360,9 @@ class Emulation:
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             if self.net is not None:
-                for pid in runstate.stray_processes(self.state):
-                    if pid not in {p["pid"] for p in self.state.processes}:
-                        system.kill_tree(pid, grace=1.0)  # daemons started in hosts
+                ours = {p["pid"] for p in self.state.processes}
+                system.kill_trees([(pid, None) for pid in runstate.stray_processes(self.state)
+                                   if pid not in ours], grace=1.0)  # daemons started in hosts
                 try:
                     self.net.stop()
                 except Exception as exc:  # the undo log below removes the rest

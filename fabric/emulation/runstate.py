@@ -118,13 +118,12 @@ def undo(state: RunState) -> list[str]:
     Idempotent: whatever is already gone is skipped.
     """
     done = []
-    for proc in state.processes:
-        if system.kill_tree(proc["pid"], expect=proc["expect"]):
-            done.append(f"stopped process {proc['pid']} ({proc['expect']})")
+    expect = {proc["pid"]: proc["expect"] for proc in state.processes}
     # Processes started inside emulated hosts (daemons) keep their namespace alive.
-    for pid in stray_processes(state):
-        if system.kill_tree(pid, grace=1.0):
-            done.append(f"stopped process {pid} left in an emulated host")
+    strays = [pid for pid in stray_processes(state) if pid not in expect]
+    stopped = system.kill_trees([*expect.items(), *((pid, None) for pid in strays)])
+    done += [f"stopped process {pid} ({expect[pid]})" if pid in expect
+             else f"stopped process {pid} left in an emulated host" for pid in stopped]
     existing = [br for br in state.bridges if Path(f"/sys/class/net/{br}").exists()
                 or _ovs_has_bridge(br)]
     if existing:

@@ -65,5 +65,20 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
     return lines
 
 
+def rate_change_lines(dev: str, rate_mbps: float, lanes: LaneConfig = SINGLE_LANE
+                      ) -> list[str]:
+    """``tc -batch`` lines that move ``dev``'s shaping (from :func:`shape_lines`, same
+    lanes) to ``rate_mbps``, in place: queued packets and counters stay."""
+    link = _kbit(rate_mbps)
+    lines = [f"class change dev {dev} parent 1: classid 1:{LINK_CLASS:x} htb rate {link} "
+             f"ceil {link} quantum {htb_quantum(rate_mbps)}"]
+    for i, lane in enumerate(lanes.lanes):
+        rate = lane.share * rate_mbps
+        lines.append(f"class change dev {dev} parent 1:{LINK_CLASS:x} classid 1:{i + 1:x} htb "
+                     f"rate {_kbit(rate)} ceil {link} prio {lane.prio} "
+                     f"quantum {htb_quantum(rate)}")
+    return lines
+
+
 def _kbit(mbps: float) -> str:
     return f"{max(1, round(mbps * 1000))}kbit"

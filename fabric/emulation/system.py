@@ -67,6 +67,12 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def running(pid: int) -> bool:
+    """Return True when ``pid`` exists and has not finished: a zombie (a finished
+    process its parent has not reaped yet) is not running."""
+    return pid_alive(pid) and not _is_zombie(pid)
+
+
 def cmdline(pid: int) -> str:
     """Return ``pid``'s command line with spaces, or '' if it is gone."""
     try:
@@ -76,44 +82,58 @@ def cmdline(pid: int) -> str:
 
 
 def kill_tree(pid: int, expect: str | None = None, grace: float = 3.0) -> bool:
-    """Terminate ``pid``'s process group (or the process), then kill it.
+    """:func:`kill_trees` for one process; True when it was signalled."""
+    return bool(kill_trees([(pid, expect)], grace))
+
+
+def kill_trees(targets: list[tuple[int, str | None]], grace: float = 3.0) -> list[int]:
+    """Stop processes we started (each with its process group, if it leads one).
+
+    All are asked at once (SIGTERM, and SIGHUP for the interactive shells of
+    emulated hosts, which ignore SIGTERM); whatever still runs after ``grace``
+    seconds in all is killed. So stopping many processes takes one grace period,
+    not one each.
 
     Parameters
     ----------
-    pid : int
-        A process we started in its own session.
-    expect : str, optional
-        A substring its command line must contain; protects against a
-        recycled pid belonging to someone else.
+    targets : list of (pid, expect)
+        ``expect``, when not None, is a substring the command line must contain:
+        it protects against a recycled pid belonging to someone else.
+    grace : float
+        Seconds to wait for all of them before SIGKILL.
 
     Returns
     -------
-    bool
-        True when something was signalled.
+    list of int
+        The pids that were signalled.
     """
-    if not pid_alive(pid) or (expect is not None and expect not in cmdline(pid)):
-        return False
-    try:
-        target = os.getpgid(pid)
-        group = target == pid
-    except ProcessLookupError:
-        return False
-    send = (lambda sig: os.killpg(pid, sig)) if group else (lambda sig: os.kill(pid, sig))
-    try:
-        send(signal.SIGTERM)
-    except ProcessLookupError:
-        return True
+    senders = []
+    for pid, expect in targets:
+        if not running(pid) or (expect is not None and expect not in cmdline(pid)):
+            continue
+        try:
+            group = os.getpgid(pid) == pid
+        except ProcessLookupError:
+            continue
+        senders.append((pid, (lambda sig, p=pid: os.killpg(p, sig)) if group
+                        else (lambda sig, p=pid: os.kill(p, sig))))
+    for _, send in senders:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                send(sig)
+            except ProcessLookupError:
+                pass
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not pid_alive(pid) or _is_zombie(pid):
-            break
+    waiting = [(pid, send) for pid, send in senders]
+    while waiting and time.monotonic() < deadline:
         time.sleep(0.05)
-    else:
+        waiting = [(pid, send) for pid, send in waiting if running(pid)]
+    for _, send in waiting:
         try:
             send(signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return True
+    return [pid for pid, _ in senders]
 
 
 def _is_zombie(pid: int) -> bool:

@@ -160,3 +160,18 @@ def test_lines_are_tc_batch_commands():
     # tc -batch takes commands without the leading "tc".
     for line in shape_lines("l0-eth1", 20.0):
         assert re.match(r"^(qdisc|class|filter) (add|replace|change) dev ", line), line
+
+
+def test_rate_change_moves_every_class_of_the_same_tree():
+    from fabric.model.lanes import THREE_LANES
+
+    built = shape_lines("x-eth1", 10.0, 32, THREE_LANES)
+    changed = shaping.rate_change_lines("x-eth1", 2.5, THREE_LANES)
+    classids = lambda lines: [l.split("classid ")[1].split()[0] for l in lines if "classid" in l]
+    assert classids(changed) == classids(built)
+    assert all(l.startswith("class change dev x-eth1 ") for l in changed)
+    assert "rate 2500kbit ceil 2500kbit" in changed[0]
+    assert all("ceil 2500kbit" in l for l in changed)  # every lane may use the whole link
+    shares = [lane.share for lane in THREE_LANES.lanes]
+    assert [int(l.split(" rate ")[1].split("kbit")[0]) for l in changed[1:]] == [
+        round(s * 2500) for s in shares]
