@@ -11,9 +11,9 @@ import argparse
 import importlib
 import logging
 import sys
-from pathlib import Path
 
 from controllers import POLICIES, runtime
+from fabric import argtypes
 from fabric.emulation.system import PortBusyError, check_port_free
 from fabric.routing.config import ControllerConfig, load_controller_config
 
@@ -21,29 +21,38 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Arguments of ``fabric controller``."""
-    parser = argparse.ArgumentParser(prog="fabric controller",
+def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
+    """Arguments of ``fabric controller`` (``add_help=False`` to use it as a parent)."""
+    parser = argtypes.ArgumentParser(prog="fabric controller", add_help=add_help,
                                      description="Run a routing policy as an os-ken app.")
     parser.add_argument("policy", choices=sorted(POLICIES))
     parser.add_argument("--topo", default=None, help="topology spec (default: rail-clos)")
-    parser.add_argument("--host", default=DEFAULT_HOST, help="listen address (default loopback)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="OpenFlow listen port")
-    parser.add_argument("--status-file", type=Path, default=None,
+    parser.add_argument("--host", default=DEFAULT_HOST, type=argtypes.ip_address,
+                        help="listen address (default: loopback)")
+    parser.add_argument("--port", type=argtypes.port, default=DEFAULT_PORT,
+                        help=f"OpenFlow listen port (default: {DEFAULT_PORT})")
+    parser.add_argument("--status-file", type=argtypes.output_file, default=None,
                         help="write readiness and errors here as JSON")
-    parser.add_argument("--config", type=Path, default=None,
+    parser.add_argument("--config", type=argtypes.existing_file, default=None,
                         help="JSON: lanes (SL/VL map), rate scale, adaptive tuning")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, check the port, and run the app until interrupted."""
+    """``python -m controllers``: parse arguments and :func:`run`."""
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the topology, config and port, then run the app until interrupted."""
     import topologies  # the builders; imported here to keep `controllers` light
 
-    args = build_parser().parse_args(argv)
     try:
         graph = topologies.build(args.topo or topologies.DEFAULT_SPEC)
-        config = load_controller_config(args.config) if args.config else ControllerConfig()
+        try:
+            config = load_controller_config(args.config) if args.config else ControllerConfig()
+        except ValueError as exc:
+            raise ValueError(f"argument --config: {exc}") from None
         check_port_free(args.host, args.port)
     except (ValueError, PortBusyError) as exc:
         print(f"fabric controller: {exc}", file=sys.stderr)

@@ -27,7 +27,7 @@ from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.model import graph as fg
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
-from fabric.traffic.model import TransportSpec
+from fabric.traffic.model import ScheduleError, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "collisions"
@@ -53,6 +53,17 @@ def _topologies(ctx: RunContext) -> list[str]:
     if ctx.topo:
         return [ctx.topo]
     return ["rail-clos"] if ctx.quick else ["rail-clos", "fat-tree"]
+
+
+def check(ctx: RunContext) -> None:
+    """Refuse a topology the patterns cannot run on (pure; before anything changes)."""
+    for spec in _topologies(ctx):
+        graph = topologies.build(spec)
+        for pattern in ("stride",) if ctx.quick else PATTERNS:
+            if len(fg.nodes_with_role(graph, "host")) < 2 or not _transfers(graph, pattern, 0,
+                                                                            1.0)[0]:
+                raise ScheduleError(f"{NAME}: {spec} has no two compute hosts under "
+                                    f"different leaves for the {pattern}")
 
 
 def _transfers(graph: Any, pattern: str, seed: int, host_mbps: float):
@@ -231,8 +242,8 @@ def plot(run_dir: Path) -> list[Path]:
                 if not values:
                     continue
                 ax.boxplot(values, positions=[i], widths=0.5, showfliers=False)
-                ax.scatter([i] * len(values), values, s=10, color=plotstyle.colour(policy),
-                           zorder=3, label=policy)
+                ax.scatter([i] * len(values), values, s=12, zorder=3, label=policy,
+                           **plotstyle.series_style(policy, i))
             if pattern == "stride":  # the balls-into-bins theory is for the permutation
                 ax.axhline(summary["balls_into_bins_expectation"], ls="--", color="grey",
                            lw=1, label="ECMP theory 1-(1-1/N)$^N$")
@@ -275,8 +286,8 @@ def plot(run_dir: Path) -> list[Path]:
     for policy in POLICIES:
         fcts = sorted(float(r["fct_s"]) for r in flows if r["policy"] == policy and r["fct_s"])
         if fcts:
-            ax.plot(fcts, [(i + 1) / len(fcts) for i in range(len(fcts))],
-                    color=plotstyle.colour(policy), label=policy)
+            ax.plot(fcts, [(i + 1) / len(fcts) for i in range(len(fcts))], label=policy,
+                    markevery=max(1, len(fcts) // 8), **plotstyle.series_style(policy))
     ax.set_xlabel("flow completion time (s)")
     ax.set_ylabel("CDF")
     ax.legend()

@@ -1,7 +1,9 @@
 """What every experiment shares: run context, progress, one traffic run.
 
-An experiment module defines ``NAME``, ``QUESTION``, ``run(ctx)`` (needs
-root: it builds fabrics) and ``plot(run_dir)`` (no root: reads the CSVs).
+An experiment module defines ``NAME``, ``QUESTION``, ``check(ctx)`` (pure:
+refuses a topology it cannot run on, before anything changes), ``run(ctx)``
+(needs root: it builds fabrics) and ``plot(run_dir)`` (no root: reads the
+CSVs).
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ class Progress:
     def step(self, what: str) -> None:
         """Report that the next step starts."""
         elapsed = time.monotonic() - self.start
-        eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
+        # no estimate before the first step has finished
+        left = (f", ~{elapsed / self.done * (self.total - self.done):.0f} s left"
+                if self.done else "")
         self.done += 1
-        print(f"[{self.name} {self.done}/{self.total}] {what}  "
-              f"({elapsed:.0f} s elapsed, ~{eta:.0f} s left)", file=sys.stderr, flush=True)
+        print(f"[{self.name} {self.done}/{self.total}] {what}  ({elapsed:.0f} s elapsed{left})",
+              file=sys.stderr, flush=True)
 
 
 @dataclass

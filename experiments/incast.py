@@ -147,6 +147,13 @@ def incast_transfers(graph: nx.Graph, spec: PatternSpec) -> tuple[list[Transfer]
     return transfers, participants[0], participants[1:]
 
 
+def check(ctx: RunContext) -> None:
+    """Refuse a topology without a client and enough servers for the largest fan-in."""
+    graph = topologies.build(ctx.topo or DEFAULT_TOPO)
+    grid = QUICK if ctx.quick else FULL
+    incast_transfers(graph, pattern_spec(max(grid.senders), 1, grid.rounds, None))
+
+
 def estimate_s(configs: Sequence[RunConfig], host_mbps: float, rounds: int) -> float:
     """Pessimistic estimate of a run's wall time: bring-ups, idle checks, traffic runs.
 
@@ -339,10 +346,9 @@ def _variants(runs: list[dict]) -> list[tuple[int, int]]:
 
 
 def _style(variants: list[tuple[int, int]], variant: tuple[int, int]) -> dict[str, Any]:
-    rtos = sorted({v[0] for v in variants}, reverse=True)
     rto, admission = variant
-    return {"color": plotstyle.colour("", rtos.index(rto) * 2 + (1 if admission else 0)),
-            "ls": "--" if admission else "-", "marker": "o" if admission else "s",
+    return {**plotstyle.series_style("", variants.index(variant)),
+            "ls": "--" if admission else "-",
             "label": f"rto_min {rto} ms, " + (f"admission W={admission}" if admission
                                                 else "no admission")}
 

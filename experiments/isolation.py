@@ -142,6 +142,11 @@ def iteration_transfers(graph: nx.Graph, host_mbps: float, with_storage: bool,
     return out
 
 
+def check(ctx: RunContext) -> None:
+    """Refuse a topology without the ring's ranks and its storage servers."""
+    roles(topologies.build(ctx.topo or DEFAULT_TOPO))
+
+
 def run_count(mode: Mode, seeds: int) -> int:
     """Traffic runs per bring-up (baseline and storage iterations)."""
     return seeds * mode.iterations * len(PHASES)

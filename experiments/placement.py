@@ -49,7 +49,7 @@ from fabric.emulation import Emulation, EmulationOptions, capacity, ovs
 from fabric.model import graph as fg
 from fabric.model.spec import parse_spec
 from fabric.traffic import collectives
-from fabric.traffic.model import TransportSpec
+from fabric.traffic.model import ScheduleError, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "placement"
@@ -149,6 +149,16 @@ def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
                     "transfers": collectives.generate(COLLECTIVE, ranks, size,
                                                       tag=f"{placement}-ring")})
     return out
+
+
+def check(ctx: RunContext) -> None:
+    """Refuse a topology without leaf oversubscription or two hosts under a leaf."""
+    for _, spec in topology_specs(ctx.topo):
+        graph = topologies.build(spec)
+        if leaf_size(graph) < 2:
+            raise ScheduleError(f"{NAME}: {spec} has fewer than two hosts under a leaf; "
+                                f"a packed ring needs two")
+        schedules(graph, 0, 1.0, TARGET_S[ctx.quick])
 
 
 def estimate_duration_s(graphs: list[nx.Graph], quick: bool, seeds: int | None = None) -> float:

@@ -49,7 +49,7 @@ from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.model import graph as fg
 from fabric.traffic import collectives, storage
-from fabric.traffic.model import TransportSpec
+from fabric.traffic.model import ScheduleError, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "zones"
@@ -85,7 +85,8 @@ def job_size(graph: nx.Graph) -> int:
     n = min(len(zone_hosts(graph, 0)), len(zone_hosts(graph, 1)))
     n -= n % 2
     if n < 2:
-        raise ValueError("zones: each zone needs at least two compute hosts")
+        raise ScheduleError(f"{NAME}: each of the two zones needs at least two compute hosts "
+                            f"(a two-zone fabric)")
     return n
 
 
@@ -195,7 +196,7 @@ def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
                                                        tag=f"{placement}-ring")})
     servers = fg.nodes_with_role(graph, "storage")
     if not servers:
-        raise ValueError("zones: the fabric has no storage nodes (two-zone,storage=...)")
+        raise ScheduleError(f"{NAME}: the fabric has no storage nodes (two-zone,storage=...)")
     block = max(len(servers), line_rate_bytes(host_mbps, target_s) // STORAGE_ROUNDS)
     for zone, placement in enumerate(STORAGE_PLACEMENTS):
         client = storage_client(graph, zone, seed)
@@ -205,6 +206,11 @@ def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
                      "client": client, "zone": zone, "transfers": transfers,
                      "stripes": [t.id for t in transfers if t.src in servers]})
     return runs
+
+
+def check(ctx: RunContext) -> None:
+    """Refuse a topology without two zones of compute hosts and dual-homed storage."""
+    schedules(topologies.build(ctx.topo or DEFAULT_TOPO), 0, 1.0, TARGET_S[ctx.quick])
 
 
 def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) -> float:

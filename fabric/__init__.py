@@ -12,5 +12,6 @@ One folder per layer; each ``__init__`` says what that layer may import, and
 ``analysis/``      summaries, run directories, figures (no root)
 ``testing/``       fake OpenFlow switches for unit-testing controllers
 ``cli.py``         the ``fabric`` command, on top of everything
+``argtypes.py``    its argument types: each value checked as it is parsed
 =================  ===========================================================
 """

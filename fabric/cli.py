@@ -13,10 +13,16 @@ import signal
 import sys
 from typing import Any, Callable
 
+from fabric import argtypes
 from fabric.emulation import capacity, shaping
+from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
 from fabric.traffic.patterns import PATTERNS
+
+
+class UsageError(ValueError):
+    """Options that are valid one by one but not together."""
 
 
 class _Terminated(BaseException):
@@ -27,10 +33,17 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
     raise _Terminated(signum)
 
 
-def _build_graph(spec: str | None) -> Any:
+def _build_graph(spec: str | None, option: str | None = None) -> Any:
+    """The fabric of ``spec`` (default: rail-clos); ``option`` names where a bad spec
+    came from."""
     import topologies
 
-    return topologies.build(spec or topologies.DEFAULT_SPEC)
+    try:
+        return topologies.build(spec or topologies.DEFAULT_SPEC)
+    except TopologyError as exc:
+        if option is None:
+            raise
+        raise TopologyError(f"argument {option}: {exc}") from None
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
@@ -77,10 +90,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _lanes(args: argparse.Namespace) -> Any:
-    from fabric.model.lanes import SINGLE_LANE, THREE_LANES, load_lane_config
+    from fabric.model.lanes import SINGLE_LANE, THREE_LANES, LaneConfigError, load_lane_config
 
     if args.lanes:
-        return load_lane_config(args.lanes)
+        try:
+            return load_lane_config(args.lanes)
+        except LaneConfigError as exc:
+            raise UsageError(f"argument --lanes: {exc}") from None
     return THREE_LANES if args.isolation else SINGLE_LANE
 
 
@@ -110,6 +126,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     from fabric.traffic.model import TransportSpec
     from fabric.traffic.patterns import PatternSpec, make_transfers
 
+    check_traffic_args(args)
     graph = _build_graph(args.spec)
     spec = PatternSpec(args.pattern, size_bytes=args.size, ranks=args.ranks,
                        placement=args.placement, seed=args.seed, chunks=args.chunks,
@@ -163,12 +180,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fabric.emulation import system
 
     if args.topo:
-        _build_graph(args.topo)  # a bad spec fails here, before anything changes
-    system.preflight()  # not root or tools missing: say so before making the run directory
-    run_dir = results.new_run_dir(Path(args.out))
+        _build_graph(args.topo, "--topo")  # a bad spec fails here, before anything changes
     module = importlib.import_module(EXPERIMENTS[args.name])
-    ctx = RunContext(run_dir, quick=args.quick, seeds=args.seeds, topo=args.topo,
+    ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps)
+    try:
+        module.check(ctx)  # the experiment can run on this topology
+    except ValueError as exc:
+        raise UsageError(f"argument --topo: {exc}" if args.topo else str(exc)) from None
+    system.preflight()  # not root or tools missing: say so before making the run directory
+    run_dir = results.new_run_dir(ctx.run_dir)
     outcome = module.run(ctx)
     results.write_manifest(run_dir, args.name, {**outcome["parameters"], "quick": args.quick,
                                                 "started": ctx.started},
@@ -223,9 +244,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_controller(args: argparse.Namespace) -> int:
     """Run a controller in the foreground (delegates to the launcher)."""
-    from controllers.launcher import main as launcher_main
+    from controllers import launcher
 
-    return launcher_main(args.rest)
+    return launcher.run(args)
 
 
 def cmd_clean(_args: argparse.Namespace) -> int:
@@ -236,7 +257,7 @@ def cmd_clean(_args: argparse.Namespace) -> int:
         raise system.HostSetupError("fabric clean needs root: run with sudo")
     states = runstate.load_all()
     for state in states:
-        if system.pid_alive(state.owner_pid):
+        if system.running(state.owner_pid):
             print(f"run {state.run_id} is still active (pid {state.owner_pid}); skipped")
             continue
         for line in runstate.undo(state) or ["nothing left"]:
@@ -254,29 +275,39 @@ def _is_root() -> bool:
 
 def _emulation_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--routing", default="ecmp", choices=POLICIES,
-                    help="routing policy (default: ecmp)")
-    parser.add_argument("--isolation", action="store_true",
-                    help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
-    parser.add_argument("--lanes", metavar="FILE", help="SL/VL map and lane shares (JSON)")
-    parser.add_argument("--host-mbps", type=float, default=None,
+                        help="routing policy (default: ecmp)")
+    lanes = parser.add_mutually_exclusive_group()
+    lanes.add_argument("--isolation", action="store_true",
+                       help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
+    lanes.add_argument("--lanes", metavar="FILE", type=argtypes.existing_file,
+                       help="SL/VL map and lane shares (JSON)")
+    parser.add_argument("--host-mbps", type=argtypes.positive_number(), default=None,
                         help="emulated rate of the fastest host link; all links scale alike "
                              "(default: the highest rate, up to 20, at which the fabric's full "
                              "load stays within what this machine forwards faithfully)")
-    parser.add_argument("--queue-pkts", type=int, default=shaping.DEFAULT_QUEUE_PKTS,
-                    help="egress buffer of every link, in packets")
+    parser.add_argument("--queue-pkts", type=argtypes.integer(1, argtypes.MAX_QUEUE_PKTS),
+                        default=shaping.DEFAULT_QUEUE_PKTS,
+                        help=f"egress buffer of every link, in packets "
+                             f"(default: {shaping.DEFAULT_QUEUE_PKTS})")
     parser.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
-    parser.add_argument("--port", type=int, default=6653, help="controller port on loopback")
+    parser.add_argument("--port", type=argtypes.port, default=6653,
+                        help="controller port on loopback (default: 6653)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``fabric`` command."""
-    parser = argparse.ArgumentParser(prog="fabric", description=__doc__.splitlines()[0])
+    from controllers import launcher
+    from experiments import EXPERIMENTS
+
+    count = argtypes.integer(1)
+    parser = argtypes.ArgumentParser(prog="fabric", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     topo = sub.add_parser("topo", help="describe a topology (no root needed)")
     topo.add_argument("spec", nargs="?", help="e.g. rail-clos,servers=8,gpus=2")
     topo.add_argument("--json", action="store_true", help="print nodes and links as JSON")
-    topo.add_argument("--png", metavar="FILE", help="draw the fabric into FILE")
+    topo.add_argument("--png", metavar="FILE", type=argtypes.figure_file,
+                      help="draw the fabric into FILE (.png, .pdf or .svg)")
     topo.set_defaults(func=cmd_topo)
 
     up = sub.add_parser("up", help="bring a fabric up, check reachability, tear down (root)")
@@ -288,53 +319,67 @@ def build_parser() -> argparse.ArgumentParser:
     traffic = sub.add_parser("traffic", help="replay one traffic pattern on a fabric (root)")
     traffic.add_argument("spec", nargs="?", help="topology spec (default: rail-clos)")
     traffic.add_argument("--pattern", default="ring-allreduce", choices=PATTERNS)
-    traffic.add_argument("--size", type=int, default=2 * 1024 * 1024,
+    traffic.add_argument("--size", type=count, default=2 * 1024 * 1024,
                          help="bytes: collective size, block per round, shard or object")
-    traffic.add_argument("--ranks", type=int, default=None, help="collective ranks (all)")
+    traffic.add_argument("--ranks", type=argtypes.integer(2), default=None,
+                         help="collective ranks (default: every compute endpoint)")
     traffic.add_argument("--placement", choices=("rail", "random"), default="rail")
-    traffic.add_argument("--seed", type=int, default=0, help="placement and source ports")
-    traffic.add_argument("--chunks", type=int, default=1)
-    traffic.add_argument("--channels", type=int, default=1)
-    traffic.add_argument("--clients", type=int, default=1)
-    traffic.add_argument("--servers", type=int, default=4, help="storage senders (incast)")
-    traffic.add_argument("--rounds", type=int, default=4)
-    traffic.add_argument("--admission", type=int, default=None,
+    traffic.add_argument("--seed", type=argtypes.integer(0), default=0,
+                         help="placement and source ports")
+    traffic.add_argument("--chunks", type=count, default=1)
+    traffic.add_argument("--channels", type=count, default=1)
+    traffic.add_argument("--clients", type=count, default=1)
+    traffic.add_argument("--servers", type=count, default=4, help="storage senders (incast)")
+    traffic.add_argument("--rounds", type=count, default=4)
+    traffic.add_argument("--admission", type=count, default=None,
                          help="at most W stripes outstanding at a client")
-    traffic.add_argument("--rto-min-ms", type=int, default=None, help="per-route minimum RTO")
+    traffic.add_argument("--rto-min-ms", type=argtypes.integer(MIN_RTO_ROUTE_FLOOR_MS),
+                         default=None, help=f"per-route minimum RTO (>= "
+                                            f"{MIN_RTO_ROUTE_FLOOR_MS}: the kernel's floor)")
     traffic.add_argument("--transport", choices=("tcp", "roce"), default="tcp")
-    traffic.add_argument("--connections", type=int, default=1, help="TCP connections per peer")
+    traffic.add_argument("--connections", type=count, default=1,
+                         help="tcp: connections per peer")
     traffic.add_argument("--entropy", choices=("flow", "packet"), default="flow",
                          help="roce: one UDP source port per flow, or a new one per packet")
-    traffic.add_argument("--deadline", type=float, default=120.0, help="seconds")
+    traffic.add_argument("--deadline", type=argtypes.positive_number(), default=120.0,
+                         help="seconds")
     traffic.add_argument("--format", choices=("json", "csv"), default="json")
-    traffic.add_argument("--keep", metavar="DIR", help="keep plan, agent reports and logs here")
+    traffic.add_argument("--keep", metavar="DIR", type=argtypes.new_dir,
+                         help="keep plan, agent reports and logs in this new directory")
     _emulation_args(traffic)
     traffic.set_defaults(func=cmd_traffic)
-
-    from experiments import EXPERIMENTS
 
     run = sub.add_parser("run", help="run an experiment into a new directory (root)")
     run.add_argument("name", choices=sorted(EXPERIMENTS))
     run.add_argument("--quick", action="store_true", help="the short variant (< 2 min)")
-    run.add_argument("--seeds", type=int, default=None, help="number of seeds")
+    run.add_argument("--seeds", type=argtypes.integer(1, argtypes.MAX_SEEDS), default=None,
+                     help="number of seeds")
     run.add_argument("--topo", default=None, help="topology spec (default: the experiment's)")
-    run.add_argument("--host-mbps", type=float, default=None,
+    run.add_argument("--host-mbps", type=argtypes.positive_number(), default=None,
                      help="emulated host link rate (default: what the fabric sustains)")
-    run.add_argument("--out", required=True, help="new directory for data, manifest, figures")
+    run.add_argument("--out", required=True, type=argtypes.new_dir,
+                     help="new directory for data, manifest, figures")
     run.set_defaults(func=cmd_run)
 
     plot = sub.add_parser("plot", help="draw an experiment's figures from its directory")
-    plot.add_argument("dir")
+    plot.add_argument("dir", type=argtypes.existing_dir)
     plot.set_defaults(func=cmd_plot)
 
-    ctl = sub.add_parser("controller", help="run a routing policy app in the foreground",
-                         add_help=False)
-    ctl.add_argument("rest", nargs=argparse.REMAINDER)
+    ctl = sub.add_parser("controller", parents=[launcher.build_parser(add_help=False)],
+                         help="run a routing policy app in the foreground")
     ctl.set_defaults(func=cmd_controller)
 
     clean = sub.add_parser("clean", help="remove what killed runs left behind (root)")
     clean.set_defaults(func=cmd_clean)
     return parser
+
+
+def check_traffic_args(args: argparse.Namespace) -> None:
+    """Refuse options that the chosen transport would silently ignore."""
+    if args.transport != "roce" and args.entropy != "flow":
+        raise UsageError("argument --entropy: applies to --transport roce only")
+    if args.transport != "tcp" and args.connections != 1:
+        raise UsageError("argument --connections: applies to --transport tcp only")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     from fabric.traffic.model import ScheduleError
 
     expected: tuple[type[BaseException], ...] = (
-        TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError,
+        UsageError, TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError,
         LaneConfigError, ScheduleError, TrafficError, ResultsError)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)

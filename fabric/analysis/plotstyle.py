@@ -13,7 +13,9 @@ from typing import Any, Sequence
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
              "#000000"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 POLICY_COLOURS = {"ecmp": OKABE_ITO[3], "spray": OKABE_ITO[0], "adaptive": OKABE_ITO[2]}
+POLICY_MARKERS = {"ecmp": "o", "spray": "s", "adaptive": "^"}
 RC = {
     "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 8,
     "xtick.labelsize": 8, "ytick.labelsize": 8, "figure.dpi": 150, "savefig.dpi": 300,
@@ -38,6 +40,17 @@ def pyplot() -> Any:
 def colour(name: str, index: int = 0) -> str:
     """The colour of a policy (fixed across figures) or the index-th palette colour."""
     return POLICY_COLOURS.get(name, OKABE_ITO[index % len(OKABE_ITO)])
+
+
+def marker(name: str, index: int = 0) -> str:
+    """The marker of a policy (fixed across figures) or the index-th marker."""
+    return POLICY_MARKERS.get(name, MARKERS[index % len(MARKERS)])
+
+
+def series_style(name: str, index: int = 0) -> dict[str, str]:
+    """``color`` and ``marker`` of one series: every series of a figure gets its own
+    pair, so series stay apart in greyscale and for colour-blind readers too."""
+    return {"color": colour(name, index), "marker": marker(name, index)}
 
 
 def spread_bar(ax: Any, x: float, values: Sequence[float], colour: str, width: float = 0.6,

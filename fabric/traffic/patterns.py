@@ -54,6 +54,17 @@ class PatternSpec:
     def __post_init__(self) -> None:
         if self.name not in PATTERNS:
             raise ScheduleError(f"unknown pattern {self.name!r} (known: {', '.join(PATTERNS)})")
+        if self.placement not in ("rail", "random"):
+            raise ScheduleError(f"placement must be rail or random, got {self.placement!r}")
+        least = {"size_bytes": 1, "ranks": 2, "seed": 0, "chunks": 1, "channels": 1,
+                 "clients": 1, "servers": 1, "rounds": 1, "admission": 1, "dscp": 0}
+        for name, minimum in least.items():
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < minimum):
+                raise ScheduleError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if self.dscp is not None and self.dscp > 63:
+            raise ScheduleError(f"dscp must be at most 63, got {self.dscp}")
 
     @property
     def is_collective(self) -> bool:
@@ -70,10 +81,11 @@ def make_transfers(graph: nx.Graph, spec: PatternSpec) -> tuple[list[Transfer], 
         When the fabric has too few endpoints for the request.
     """
     if spec.is_collective:
+        compute = len(fg.nodes_with_role(graph, "host"))
+        if compute < 2 or (spec.ranks or 0) > compute:
+            raise ScheduleError(f"{spec.name}: ranks must be 2..{compute} (the fabric's compute "
+                                f"endpoints), got {spec.ranks or compute}")
         ranks = rank_hosts(graph, spec.ranks, spec.placement, spec.seed)
-        if len(ranks) < 2 or (spec.ranks and len(ranks) < spec.ranks):
-            raise ScheduleError(f"{spec.name} needs {spec.ranks or 2} ranks; the fabric has "
-                                f"{len(ranks)} compute endpoints")
         dscp = DSCP_COLLECTIVE if spec.dscp is None else spec.dscp
         transfers = collectives.generate(spec.name, ranks, spec.size_bytes, graph,
                                          chunks=spec.chunks, channels=spec.channels, dscp=dscp)

@@ -32,13 +32,16 @@ LAYERS: dict[str, frozenset[str]] = {
 # Packages beside fabric/ and what of fabric each may import.
 CLIENTS: dict[str, frozenset[str]] = {
     "topologies": frozenset({"fabric.model"}),
-    # the launcher checks its listen port with the emulation's system helpers
-    "controllers": frozenset({"fabric.model", "fabric.routing", "fabric.emulation.system"}),
+    # the launcher checks its listen port with the emulation's system helpers and parses
+    # its arguments with the command line's types
+    "controllers": frozenset({"fabric.model", "fabric.routing", "fabric.emulation.system",
+                              "fabric.argtypes"}),
     "experiments": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
                               "fabric.emulation", "fabric.analysis"}),
 }
-# fabric's top level: the package docstring and the command line, above every layer.
-TOP_LEVEL = frozenset({"fabric/__init__.py", "fabric/cli.py"})
+# fabric's top level: the package docstring and the command line (above every layer) with
+# its argument types (which import nothing of fabric).
+TOP_LEVEL = frozenset({"fabric/__init__.py", "fabric/cli.py", "fabric/argtypes.py"})
 MININET_LAYER = "fabric.emulation"
 OS_KEN_ALLOWED = ("controllers", "fabric.testing")
 # Lazy imports of the packages above fabric: the CLI dispatches to them, and the

@@ -127,3 +127,41 @@ def test_plot_of_a_directory_without_summary_fails_with_one_line(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "summary.json" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_every_series_of_a_figure_has_its_own_colour_and_marker():
+    from fabric.analysis import plotstyle
+
+    styles = [plotstyle.series_style("", i) for i in range(8)]
+    assert len({s["color"] for s in styles}) == len({s["marker"] for s in styles}) == 8
+    policies = [plotstyle.series_style(p, i) for i, p in enumerate(("ecmp", "spray",
+                                                                     "adaptive"))]
+    assert len({(s["color"], s["marker"]) for s in policies}) == 3
+    assert len({s["color"] for s in policies}) == 3
+
+
+def test_progress_gives_no_estimate_before_a_step_finished(capsys):
+    from experiments.common import Progress
+
+    progress = Progress(3, "probe")
+    progress.step("first")
+    progress.step("second")
+    first, second = capsys.readouterr().err.splitlines()
+    assert "left" not in first and "nan" not in first
+    assert "s left" in second
+
+
+@pytest.mark.parametrize("name", ["collisions", "incast", "isolation", "zones", "placement"])
+def test_every_experiment_checks_its_topology_before_it_runs(name, tmp_path):
+    import importlib
+
+    from experiments import EXPERIMENTS
+    from experiments.common import RunContext
+
+    module = importlib.import_module(EXPERIMENTS[name])
+    for attr in ("NAME", "QUESTION", "check", "run", "plot"):
+        assert hasattr(module, attr), f"{name} has no {attr}"
+    module.check(RunContext(tmp_path, quick=True))  # its own default topology runs
+    with pytest.raises(ValueError):
+        module.check(RunContext(tmp_path, quick=True, topo="rail-clos,servers=1,gpus=1"))
+    assert not any(tmp_path.iterdir())  # a check writes nothing

@@ -1,0 +1,177 @@
+"""Every subcommand with wrong values of each of its options.
+
+Each case runs the real command line in a fresh directory and must end with a
+non-zero exit and one line on stderr that names what was wrong, with no
+traceback, and without changing anything: no bridge, interface, namespace,
+process, listener, sysctl or undo log, and no file anywhere in its directory.
+As root these commands would otherwise build fabrics, so a case that is
+accepted by mistake shows up as a changed system, not only as a wrong exit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import system_state
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (argv, what the one-line message must name); "{d}" is the case's own directory,
+# which holds lanes.json (bad lanes), bad.json (not JSON), full/ (a directory with a
+# file), empty/ (an empty directory) and nosummary/ (a directory without summary.json).
+CASES = [
+    # fabric itself
+    ([], "command"),
+    (["nosuch"], "nosuch"),
+    (["topo", "--nosuch"], "--nosuch"),
+    # topo
+    (["topo", "nosuch"], "nosuch"),
+    (["topo", "rail-clos,servers=0"], "servers"),
+    (["topo", "rail-clos,servers=abc"], "servers"),
+    (["topo", "rail-clos,bogus=1"], "bogus"),
+    (["topo", "fat-tree,k=3"], "k must be even"),
+    (["topo", "leaf-spine,oversub=0"], "oversub"),
+    (["topo", "two-zone,interzone_links=9"], "interzone_links"),
+    (["topo", "rail-clos", "--png", "/nonexistent/dir/x.png"], "--png"),
+    (["topo", "rail-clos", "--png", "{d}/x.txt"], "--png"),
+    (["topo", "rail-clos", "--png", "{d}/full"], "--png"),
+    # up
+    (["up", "--queue-pkts", "0"], "--queue-pkts"),
+    (["up", "--queue-pkts", "-5"], "--queue-pkts"),
+    (["up", "--queue-pkts", "abc"], "--queue-pkts"),
+    (["up", "--queue-pkts", "1000001"], "--queue-pkts"),
+    (["up", "--port", "70000"], "--port"),
+    (["up", "--port", "0"], "--port"),
+    (["up", "--port", "-1"], "--port"),
+    (["up", "--port", "http"], "--port"),
+    (["up", "--host-mbps", "0"], "--host-mbps"),
+    (["up", "--host-mbps", "-3"], "--host-mbps"),
+    (["up", "--host-mbps", "nan"], "--host-mbps"),
+    (["up", "--host-mbps", "inf"], "--host-mbps"),
+    (["up", "--host-mbps", "fast"], "--host-mbps"),
+    (["up", "--host-mbps", "100000"], "Mbit/s"),
+    (["up", "--routing", "nosuch"], "--routing"),
+    (["up", "--datapath", "nosuch"], "--datapath"),
+    (["up", "--lanes", "/nonexistent.json"], "--lanes"),
+    (["up", "--lanes", "{d}/bad.json"], "lanes"),
+    (["up", "--lanes", "{d}/lanes.json"], "share"),
+    (["up", "--isolation", "--lanes", "{d}/lanes.json"], "--isolation"),
+    (["up", "nosuch"], "nosuch"),
+    (["up", "rail-clos,gpus=0"], "gpus"),
+    (["up", "--cli=yes"], "--cli"),
+    # traffic
+    (["traffic", "--size", "0"], "--size"),
+    (["traffic", "--size", "-1"], "--size"),
+    (["traffic", "--size", "1.5"], "--size"),
+    (["traffic", "--ranks", "1000"], "ranks"),
+    (["traffic", "--ranks", "1"], "--ranks"),
+    (["traffic", "--ranks", "0"], "--ranks"),
+    (["traffic", "--pattern", "striped-read", "--servers", "0"], "--servers"),
+    (["traffic", "--pattern", "striped-read", "--servers", "1000"], "servers"),
+    (["traffic", "--pattern", "checkpoint-write", "--clients", "1000"], "clients"),
+    (["traffic", "--admission", "0"], "--admission"),
+    (["traffic", "--admission", "-2"], "--admission"),
+    (["traffic", "--chunks", "0"], "--chunks"),
+    (["traffic", "--channels", "0"], "--channels"),
+    (["traffic", "--clients", "0"], "--clients"),
+    (["traffic", "--rounds", "0"], "--rounds"),
+    (["traffic", "--connections", "0"], "--connections"),
+    (["traffic", "--deadline", "0"], "--deadline"),
+    (["traffic", "--deadline", "-1"], "--deadline"),
+    (["traffic", "--rto-min-ms", "1"], "--rto-min-ms"),
+    (["traffic", "--rto-min-ms", "0"], "--rto-min-ms"),
+    (["traffic", "--seed", "-1"], "--seed"),
+    (["traffic", "--pattern", "nosuch"], "--pattern"),
+    (["traffic", "--transport", "nosuch"], "--transport"),
+    (["traffic", "--entropy", "nosuch"], "--entropy"),
+    (["traffic", "--entropy", "packet"], "--entropy"),
+    (["traffic", "--transport", "roce", "--connections", "2"], "--connections"),
+    (["traffic", "--format", "xml"], "--format"),
+    (["traffic", "--placement", "nosuch"], "--placement"),
+    (["traffic", "--keep", "{d}/full"], "--keep"),
+    (["traffic", "--port", "70000"], "--port"),
+    (["traffic", "--queue-pkts", "0"], "--queue-pkts"),
+    (["traffic", "fat-tree,k=5"], "k must be even"),
+    # run
+    (["run", "collisions", "--seeds", "0", "--out", "{d}/out"], "--seeds"),
+    (["run", "collisions", "--seeds", "-3", "--out", "{d}/out"], "--seeds"),
+    (["run", "collisions", "--seeds", "x", "--out", "{d}/out"], "--seeds"),
+    (["run", "collisions", "--seeds", "100000", "--out", "{d}/out"], "--seeds"),
+    (["run", "nosuch", "--out", "{d}/out"], "nosuch"),
+    (["run", "collisions"], "--out"),
+    (["run", "collisions", "--out", "{d}/full"], "--out"),
+    (["run", "collisions", "--out", "/proc/version/out"], "--out"),
+    (["run", "collisions", "--host-mbps", "0", "--out", "{d}/out"], "--host-mbps"),
+    (["run", "collisions", "--topo", "nosuch", "--out", "{d}/out"], "--topo"),
+    (["run", "collisions", "--topo", "rail-clos,servers=0", "--out", "{d}/out"], "servers"),
+    (["run", "zones", "--topo", "rail-clos", "--out", "{d}/out"], "--topo"),
+    (["run", "placement", "--topo", "fat-tree", "--out", "{d}/out"], "--topo"),
+    (["run", "isolation", "--topo", "leaf-spine,leaves=1,hosts_per_leaf=2", "--out", "{d}/out"],
+     "--topo"),
+    (["run", "incast", "--topo", "rail-clos,servers=2", "--out", "{d}/out"], "--topo"),
+    # plot
+    (["plot", "/nonexistent"], "dir"),
+    (["plot", "{d}/nosummary"], "summary.json"),
+    (["plot"], "dir"),
+    # controller
+    (["controller", "nosuch"], "policy"),
+    (["controller"], "policy"),
+    (["controller", "ecmp", "--port", "70000"], "--port"),
+    (["controller", "ecmp", "--port", "0"], "--port"),
+    (["controller", "ecmp", "--host", "not-an-ip"], "--host"),
+    (["controller", "ecmp", "--topo", "nosuch"], "nosuch"),
+    (["controller", "ecmp", "--config", "/nonexistent.json"], "--config"),
+    (["controller", "ecmp", "--config", "{d}/bad.json"], "config"),
+    (["controller", "ecmp", "--status-file", "/nonexistent/dir/s.json"], "--status-file"),
+    # clean
+    (["clean", "extra"], "extra"),
+]
+
+
+def _case_id(case: tuple[list[str], str]) -> str:
+    return " ".join(case[0]) or "(none)"
+
+
+@pytest.fixture
+def case_dir(tmp_path: Path) -> Path:
+    (tmp_path / "lanes.json").write_text(json.dumps(
+        {"lanes": [{"name": "a", "dscp": [26], "share": 1.5, "prio": 0}]}))
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "old-result.csv").write_text("x\n")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "nosummary").mkdir()
+    return tmp_path
+
+
+def _listing(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def test_there_are_enough_cases():
+    assert len(CASES) >= 60
+    assert {argv[0] for argv, _ in CASES if argv} >= {"topo", "up", "traffic", "run", "plot",
+                                                     "controller", "clean"}
+
+
+@pytest.mark.parametrize("argv, names", CASES, ids=[_case_id(c) for c in CASES])
+def test_bad_input_is_one_line_and_changes_nothing(argv, names, case_dir):
+    argv = [a.replace("{d}", str(case_dir)) for a in argv]
+    files = _listing(case_dir)
+    before = system_state.snapshot()
+    proc = subprocess.run([sys.executable, "-m", "fabric.cli", *argv], cwd=case_dir,
+                          capture_output=True, text=True, timeout=60)
+    after = system_state.snapshot()
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0, f"accepted: {proc.stdout[-500:]} {proc.stderr[-500:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("fabric"), lines[0]
+    assert names in lines[0], lines[0]
+    assert not system_state.differences(before, after)
+    assert _listing(case_dir) == files

@@ -1,0 +1,33 @@
+"""Named traffic patterns: bad requests are refused with what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+import topologies
+from fabric.traffic.model import ScheduleError
+from fabric.traffic.patterns import PatternSpec, make_transfers
+
+
+@pytest.mark.parametrize("field, value", [("size_bytes", 0), ("ranks", 1), ("seed", -1),
+                                          ("chunks", 0), ("channels", 0), ("clients", 0),
+                                          ("servers", 0), ("rounds", 0), ("admission", 0),
+                                          ("dscp", -1), ("dscp", 64), ("size_bytes", 1.5),
+                                          ("placement", "nowhere")])
+def test_bad_field_is_named(field, value):
+    with pytest.raises(ScheduleError, match=field):
+        PatternSpec("ring-allreduce", **{field: value})
+
+
+def test_more_ranks_than_compute_endpoints_is_refused():
+    graph = topologies.build("rail-clos")
+    with pytest.raises(ScheduleError, match=r"ranks must be 2\.\.16.*got 17"):
+        make_transfers(graph, PatternSpec("ring-allreduce", ranks=17))
+    transfers, ranks = make_transfers(graph, PatternSpec("ring-allreduce", ranks=16))
+    assert len(ranks) == 16 and transfers
+
+
+def test_too_many_storage_servers_is_refused():
+    with pytest.raises(ScheduleError, match="servers"):
+        make_transfers(topologies.build("leaf-spine"),
+                       PatternSpec("striped-read", servers=100))
