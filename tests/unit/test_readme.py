@@ -1,0 +1,57 @@
+"""The README's snippets run as written: Python blocks that need no root here, and every
+command line of its shell blocks names a real subcommand, option and file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fabric import cli
+from tests import readme_snippets
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = [(n, code) for n, code in readme_snippets.blocks("python")
+          if not readme_snippets.needs_root(code)]
+COMMANDS = [(n, argv) for n, code in readme_snippets.blocks("sh")
+            for argv in readme_snippets.commands(code)]
+
+
+def test_the_readme_has_snippets():
+    assert PYTHON and COMMANDS
+    assert any(readme_snippets.needs_root(c) for _, c in readme_snippets.blocks("python"))
+
+
+@pytest.mark.parametrize("line, code", PYTHON, ids=[f"README:{n}" for n, _ in PYTHON])
+def test_python_snippet_runs(line, code, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", readme_snippets.runner(code)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"README line {line}:\n{proc.stderr[-3000:]}"
+
+
+def _subcommands() -> dict[str, set[str]]:
+    parser = cli.build_parser()
+    action = next(a for a in parser._actions if a.dest == "command")
+    return {name: {opt for a in sub._actions for opt in a.option_strings}
+            for name, sub in action.choices.items()}
+
+
+@pytest.mark.parametrize("line, argv", COMMANDS,
+                         ids=[f"README:{n}:{' '.join(a[:3])}" for n, a in COMMANDS])
+def test_shell_command_exists(line, argv):
+    program = argv[0]
+    if program == "fabric":
+        subcommands = _subcommands()
+        assert argv[1] in subcommands, f"README line {line}: no subcommand {argv[1]}"
+        options = {a.split("=")[0] for a in argv[2:] if a.startswith("--")}
+        unknown = options - subcommands[argv[1]]
+        assert not unknown, f"README line {line}: fabric {argv[1]} has no {unknown}"
+        if argv[1] == "run":
+            from experiments import EXPERIMENTS
+
+            assert argv[2] in EXPERIMENTS, f"README line {line}: no experiment {argv[2]}"
+    else:
+        script = argv[1] if program.endswith("python") else program
+        assert (ROOT / script).is_file(), f"README line {line}: no {script}"
