@@ -398,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         LaneConfigError, ScheduleError, TrafficError, ResultsError)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
+    # Python leaves SIGINT ignored when it started ignored (a background job of a script);
+    # a Ctrl-C or `kill -INT` must still stop the run and clean up.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

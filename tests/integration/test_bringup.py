@@ -52,9 +52,11 @@ def _uplink_usage(emu: Emulation, leaf: str, flows: list[tuple[str, str, int]],
     for proc in clients:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err.decode()
-    after = port_tx_packets(leaf)
+    # an iperf3 client ends once its bytes are in its socket buffer; its server ends
+    # once they arrived: only then have they all crossed the uplinks
     for proc in servers:
-        proc.wait(timeout=10)
+        proc.wait(timeout=30)
+    after = port_tx_packets(leaf)
     return {p: after[p] - before[p] for p in uplinks}
 
 

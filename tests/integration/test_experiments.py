@@ -45,4 +45,4 @@ def test_quick_run_writes_a_complete_result(name: str, tmp_path: Path) -> None:
     assert list(out.glob("*.csv"))
     second = subprocess.run([sys.executable, "-m", "fabric.cli", "run", name, "--quick",
                              "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
-    assert second.returncode == 2 and "already holds results" in second.stderr
+    assert second.returncode == 2 and "never overwritten" in second.stderr
