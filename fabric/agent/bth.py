@@ -12,10 +12,13 @@ picks after we hand over the datagram, and no RDMA NIC checks it here.
 acknowledgement, because spraying reorders packets heavily and a cumulative
 ACK alone would stall the sender: ``kind`` (0 ACK, 1 CLOSE from the sender
 once it has seen everything acknowledged), the bitmap length in bytes, the
-PSN that triggered the ACK (for RTT samples), and the receiver's duplicate
-and out-of-order counts. Bit ``j`` of the bitmap (little-endian bit order)
-says PSN ``cum + 1 + j`` arrived, where ``cum`` = BTH.psn + 1 is the next
-PSN expected in order.
+PSN that triggered the ACK (for RTT samples), the receiver's duplicate
+and out-of-order counts, and the one-way delay in microseconds of the packet
+that triggered it (0: not measured). Data packets carry their send time
+(monotonic nanoseconds, all emulated hosts share the clock) in the first 8
+payload bytes, which is how the receiver measures that delay. Bit ``j`` of
+the bitmap (little-endian bit order) says PSN ``cum + 1 + j`` arrived, where
+``cum`` = BTH.psn + 1 is the next PSN expected in order.
 """
 
 from __future__ import annotations
@@ -48,8 +51,9 @@ CLOSE_KIND = 1
 MAX_BITMAP_BYTES = 128  # SACK covers 1024 PSNs beyond the cumulative point
 
 _BTH = struct.Struct("!BBHII")
-_AETH_EXT = struct.Struct("!BBH" "BBHIII")  # AETH(syndrome, msn hi, msn lo) + AckExt
-ACK_FIXED_LEN = BTH_LEN + _AETH_EXT.size  # 28
+_AETH_EXT = struct.Struct("!BBH" "BBHIIII")  # AETH(syndrome, msn hi, msn lo) + AckExt
+ACK_FIXED_LEN = BTH_LEN + _AETH_EXT.size  # 32
+SEND_TIME = struct.Struct("!Q")  # a data packet's send time, ns, at the start of its payload
 # Header bytes a data packet adds on the wire beyond its payload:
 # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4. The pacer charges these.
 DATA_OVERHEAD = 14 + 20 + 8 + BTH_LEN + ICRC_LEN
@@ -78,6 +82,7 @@ class Ack(NamedTuple):
     duplicates: int
     out_of_order: int
     bitmap: bytes
+    owd_us: int = 0  # one-way delay of the triggering packet; 0 when not measured
 
 
 def data_opcode(index: int, count: int) -> int:
@@ -122,7 +127,7 @@ def parse_bth(data: bytes | bytearray | memoryview) -> Bth:
 
 
 def ack_packet(dqpn: int, cum: int, msn: int, kind: int, trigger_psn: int, duplicates: int,
-               out_of_order: int, bitmap: bytes = b"") -> bytes:
+               out_of_order: int, bitmap: bytes = b"", owd_us: int = 0) -> bytes:
     """An ACKNOWLEDGE datagram (see the module docstring for the fields).
 
     Parameters
@@ -141,7 +146,7 @@ def ack_packet(dqpn: int, cum: int, msn: int, kind: int, trigger_psn: int, dupli
     pack_bth_into(buf, ACKNOWLEDGE, dqpn, (cum - 1) & PSN_MASK)
     _AETH_EXT.pack_into(buf, BTH_LEN, AETH_ACK, (msn >> 16) & 0xFF, msn & 0xFFFF, kind,
                         len(bitmap), 0, trigger_psn & PSN_MASK, duplicates & 0xFFFFFFFF,
-                        out_of_order & 0xFFFFFFFF)
+                        out_of_order & 0xFFFFFFFF, min(max(owd_us, 0), 0xFFFFFFFF))
     return bytes(buf) + bitmap + ICRC
 
 
@@ -159,13 +164,13 @@ def parse_ack(data: bytes | bytearray | memoryview) -> Ack:
     if opcode != ACKNOWLEDGE:
         raise ValueError(f"not an ACKNOWLEDGE: opcode {opcode:#x}")
     (_, msn_hi, msn_lo, kind, nbitmap, _, trigger, dups,
-     ooo) = _AETH_EXT.unpack_from(data, BTH_LEN)
+     ooo, owd_us) = _AETH_EXT.unpack_from(data, BTH_LEN)
     end = ACK_FIXED_LEN + nbitmap
     if len(data) < end + ICRC_LEN:
         raise ValueError("ACK bitmap truncated")
     return Ack(qp_word & PSN_MASK, ((psn_word & PSN_MASK) + 1) & PSN_MASK,
                (msn_hi << 16) | msn_lo, kind, trigger & PSN_MASK, dups, ooo,
-               bytes(data[ACK_FIXED_LEN:end]))
+               bytes(data[ACK_FIXED_LEN:end]), owd_us)
 
 
 def unwrap(psn: int, reference: int) -> int:

@@ -30,10 +30,11 @@ import socket
 import struct
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from fabric.agent import bth
+from fabric.agent.cc import make_control
 from fabric.agent.engine import Engine
 from fabric.agent.loop import EventLoop
 from fabric.agent.pacing import TokenBucket, bucket_for
@@ -43,7 +44,12 @@ from fabric.agent.roce_send import CcConfig, SendQP
 from fabric.traffic.model import ROCE_PORT, TransportSpec
 
 _BTH = struct.Struct("!BBHII")
+_SEND_TIME = bth.SEND_TIME
 _WIRE_EXTRA = 14 + 20 + 8  # Ethernet + IPv4 + UDP, charged by the pacer
+
+
+def _us(seconds: float | None) -> int | None:
+    return None if seconds is None or seconds == float("inf") else round(seconds * 1e6)
 
 
 def qpn_for(index: int) -> int:
@@ -60,15 +66,34 @@ UNPLANNED_RATE_MBPS = 20.0
 
 
 @dataclass(frozen=True)
+class PacketTimes:
+    """The transport's timers, in packet times at the emulated host rate.
+
+    The emulation runs links ~10^5 times slower than the fabric it models, so
+    a timer in absolute time would behave like no timer of a real NIC: these
+    scale with the rate, as an RDMA NIC's do with its line rate.
+    """
+
+    ack_delay: float = 4.0    # longest an arrival waits for its (coalesced) ACK
+    min_rto: float = 50.0     # retransmission timeout floor (and first value)
+    max_rto: float = 250.0
+    min_reorder: float = 12.0  # floor of the loss detector's reordering allowance
+    burst: float = 2.0        # pacer bucket depth (at least 2 packets)
+
+
+@dataclass(frozen=True)
 class RoceConfig:
-    """Tunables of the engine (the plan's TransportSpec sets rate, MTU, entropy)."""
+    """Tunables of the engine (the plan's TransportSpec sets rate, MTU, entropy, cc).
+
+    The timers of ``cc`` are replaced by ``timers`` (packet times) for the
+    plan's rate; ``ack_every`` coalesces ACKs as an RDMA NIC does.
+    """
 
     cc: CcConfig = field(default_factory=CcConfig)
-    ack_every: int = 4
-    ack_delay_s: float = 0.001
+    timers: PacketTimes = field(default_factory=PacketTimes)
+    ack_every: int = 8
     linger_s: float = 1.0          # keep answering a finished QP until its CLOSE or this
     socket_buffer: int = 1 << 20
-    burst_s: float = 0.002
     port: int = ROCE_PORT
 
 
@@ -123,6 +148,15 @@ class RoceEngine(Engine):
                  config: RoceConfig = RoceConfig(),
                  source_ports: Mapping[tuple, tuple[int, ...]] | None = None) -> None:
         super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports)
+        rate = spec.rate_mbps or UNPLANNED_RATE_MBPS
+        # one full-size data packet's time on the wire at the emulated host rate
+        self.packet_time = (spec.mtu_payload + bth.DATA_OVERHEAD) * 8 / (rate * 1e6)
+        timers = config.timers
+        self.qp_cc = replace(config.cc, min_rto_s=timers.min_rto * self.packet_time,
+                             init_rto_s=timers.min_rto * self.packet_time,
+                             max_rto_s=timers.max_rto * self.packet_time,
+                             min_reorder_s=timers.min_reorder * self.packet_time)
+        self.ack_delay_s = timers.ack_delay * self.packet_time
         self.listeners: dict[str, socket.socket] = {}
         self.pacers: dict[str, _Pacer] = {}
         self.senders: dict[int, _Sender] = {}
@@ -131,8 +165,14 @@ class RoceEngine(Engine):
         self._reply: dict[int, tuple[socket.socket, tuple[str, int], int]] = {}
         self._ack_pending: dict[int, RecvQP] = {}
         self._own: set[socket.socket] = set()  # every socket we opened, until closed
-        # per-packet entropy: (src, dst, dscp, ports) -> sockets shared by its transfers
+        # per-packet entropy: (src, dst, dscp, ports) -> sockets shared by its transfers,
+        # and where in a pool the next transfer goes on: each transfer of a collective is
+        # a few dozen packets, and starting every one at the pool's first port would
+        # spray them all over the same few ports, hence the same few paths
         self.pools: dict[tuple, list[socket.socket]] = {}
+        self._pool_next: dict[int, int] = {}
+        # (src, dst, dscp, channel) -> congestion state a finished transfer leaves
+        self._connections: dict[tuple, tuple] = {}
         size = bth.BTH_LEN + spec.mtu_payload + 3 + bth.ICRC_LEN
         self._tx = bytearray(size)  # header rewritten per packet; payload and ICRC stay zero
         self._txview = memoryview(self._tx)
@@ -209,7 +249,8 @@ class RoceEngine(Engine):
         if pacer is None:
             wire = self.spec.mtu_payload + bth.DATA_OVERHEAD
             pacer = _Pacer(bucket_for(self.spec.rate_mbps or UNPLANNED_RATE_MBPS, wire, now,
-                                      self.config.burst_s))
+                                      self.config.timers.burst * self.packet_time,
+                                      min_packets=2))
             self.pacers[src_ip] = pacer
         return pacer
 
@@ -217,7 +258,7 @@ class RoceEngine(Engine):
     def add_recv(self, record: TransferRecord) -> None:
         """Expect the message of ``record`` (any time, even before start_at)."""
         qp = RecvQP(record.qpn, record.transfer.bytes, self.spec.mtu_payload,
-                    self.config.ack_every, self.config.ack_delay_s)
+                    self.config.ack_every, self.ack_delay_s)
         self.receivers[record.qpn] = (record, qp)
 
     def prepare_send(self, record: TransferRecord) -> None:
@@ -238,14 +279,25 @@ class RoceEngine(Engine):
         except OSError as exc:
             self.on_fail(record, f"cannot open UDP sockets on {record.src_ip}: {exc}")
             return
-        qp = SendQP(record.qpn, t.bytes, self.spec.mtu_payload, self.config.cc)
+        # one connection per peer, class and channel, as NCCL keeps its queue pairs: a
+        # transfer starts with the window, delay estimates and RTT its predecessor on the
+        # connection ended with, not from scratch
+        connection = (record.src_ip, record.dst_ip, t.dscp, t.channel)
+        kept = self._connections.get(connection)
+        control = kept[0] if kept else make_control(self.spec.cc, self.packet_time,
+                                                     self.qp_cc.max_cwnd, t.hops)
+        qp = SendQP(record.qpn, t.bytes, self.spec.mtu_payload, self.qp_cc, control)
+        if kept:
+            qp.cwnd, qp.srtt, qp.rttvar, qp.rto = kept[1:]
         pacer = self._pacer(record.src_ip, now)
         sender = _Sender(record, qp, sockets, pacer)
+        sender.rot = self._pool_next.get(id(sockets), 0)
         self.senders[record.qpn] = sender
         self._active[record.qpn] = sender
         pacer.active.append(sender)
         record.start = time.time()
         record.extra["src_ports"] = [sock.getsockname()[1] for sock in sockets]
+        record.extra["first_port"] = sender.rot  # index in src_ports of its first packet
 
     # -- data path ---------------------------------------------------------------------
     def _send_data(self, sender: _Sender, now: float) -> int:
@@ -256,6 +308,8 @@ class RoceEngine(Engine):
         _BTH.pack_into(self._tx, 0, opcode,
                        ((opcode == bth.SEND_LAST or opcode == bth.SEND_ONLY) << 7) | (pad << 4),
                        bth.PKEY_DEFAULT, qp.qpn, (ackreq << 31) | (psn & bth.PSN_MASK))
+        if length >= _SEND_TIME.size:
+            _SEND_TIME.pack_into(self._tx, bth.BTH_LEN, time.monotonic_ns())
         sock = sender.sockets[sender.rot]
         sender.rot += 1
         if sender.rot == sender.ports:
@@ -307,11 +361,16 @@ class RoceEngine(Engine):
 
     def _retire(self, sender: _Sender) -> None:
         self._active.pop(sender.qp.qpn, None)
+        qp, t = sender.qp, sender.record.transfer
+        if qp.srtt is not None:
+            self._connections[(sender.record.src_ip, sender.record.dst_ip, t.dscp,
+                               t.channel)] = (qp.control, qp.cwnd, qp.srtt, qp.rttvar, qp.rto)
         try:
             sender.pacer.active.remove(sender)
         except ValueError:
             pass
         if sender.sockets in self.pools.values():
+            self._pool_next[id(sender.sockets)] = sender.rot
             return  # a shared pool: closed with the engine
         for sock in sender.sockets:
             self.loop.unregister(sock)
@@ -342,7 +401,10 @@ class RoceEngine(Engine):
                 if record.start is None:
                     record.start = time.time()
                 length = n - bth.BTH_LEN - bth.ICRC_LEN - ((flags >> 4) & 3)
-                urgent = qp.on_data(psn_word & bth.PSN_MASK, length, bool(psn_word >> 31), now)
+                sent_ns = _SEND_TIME.unpack_from(rx, bth.BTH_LEN)[0] if length >= 8 else 0
+                owd_us = (time.monotonic_ns() - sent_ns) // 1000 if sent_ns else 0
+                urgent = qp.on_data(psn_word & bth.PSN_MASK, length, bool(psn_word >> 31), now,
+                                    owd_us)
                 self._reply[qp.qpn] = (sock, addr, record.transfer.dscp << 2)
                 finished = record.end is None and qp.complete
                 if finished:
@@ -369,6 +431,10 @@ class RoceEngine(Engine):
         self._ack_pending.pop(qp.qpn, None)
         sock, addr, tos = self._reply[qp.qpn]
         packet = qp.make_ack()
+        # an ACK leaves by the same NIC as data: it takes its bytes from the NIC's
+        # pacer, so data and ACKs together stay within the link rate
+        self._pacer(sock.getsockname()[0], time.monotonic()).bucket.spend(
+            len(packet) + _WIRE_EXTRA)
         try:
             if tos:
                 # the listener is shared by all traffic classes: set TOS per datagram
@@ -408,11 +474,14 @@ class RoceEngine(Engine):
             while tokens > 0 and idle < size:
                 sender = active[0]
                 active.rotate(-1)
-                if sender.qp.can_send():
+                if sender.qp.can_send(now):
                     idle = 0
                     tokens -= self._send_data(sender, now)
                 else:
                     idle += 1
+                    paced = sender.qp.paced_until(now)
+                    if paced is not None and (wake is None or paced < wake):
+                        wake = paced
             bucket.tokens = tokens
             if tokens <= 0:
                 ready = bucket.ready_at(now)
@@ -451,9 +520,12 @@ class RoceEngine(Engine):
             record.extra.update(
                 qpn=qp.qpn, packets=qp.count, **qp.counters(),
                 out_of_order=qp.peer_out_of_order, duplicates=qp.peer_duplicates,
-                cwnd_final=round(qp.cwnd, 2),
+                cwnd_final=round(qp.cwnd, 2), cc=qp.control.name,
+                base_delay_us=_us(getattr(qp.control, "base_delay", None)),
                 srtt_us=None if qp.srtt is None else round(qp.srtt * 1e6),
-                reorder_mult=qp.reorder_mult, undone_cuts=qp.undone_cuts,
+                reorder_mult=qp.reorder_mult, loss_cuts=qp.loss_cuts,
+                undone_cuts=qp.undone_cuts,
+                delay_cuts=getattr(qp.control, "decreases", None),
                 entropy_ports=sender.ports)
         for record, qp in self.receivers.values():
             record.bytes = qp.bytes

@@ -49,6 +49,7 @@ class RecvQP:
         self.cum = 0            # next PSN expected in order
         self.max_seen = -1
         self.trigger = 0        # PSN of the latest arrival (echoed for RTT samples)
+        self.trigger_owd_us = 0  # its one-way delay (echoed for delay-based control)
         self.pending = 0        # arrivals not yet acknowledged
         self.pending_since = 0.0
         self.bytes = 0
@@ -69,10 +70,12 @@ class RecvQP:
         """Every PSN arrived."""
         return self.cum >= self.count
 
-    def on_data(self, psn: int, payload_len: int, ackreq: bool, now: float) -> bool:
+    def on_data(self, psn: int, payload_len: int, ackreq: bool, now: float,
+                owd_us: int = 0) -> bool:
         """Account one data packet; return True if an ACK should go out now.
 
-        ``payload_len`` excludes BTH padding and ICRC. A packet outside the
+        ``payload_len`` excludes BTH padding and ICRC; ``owd_us`` is the
+        packet's one-way delay (0: not measured). A packet outside the
         message or of the wrong length is counted in :attr:`bad_packets` and dropped.
         """
         self.last_rx = now
@@ -83,6 +86,7 @@ class RecvQP:
             self.bad_packets += 1
             return False
         self.trigger = index
+        self.trigger_owd_us = owd_us
         if self.got[index]:
             self.duplicates += 1
             return True
@@ -115,4 +119,5 @@ class RecvQP:
             bits = self.got[self.cum + 1:hi].translate(_BITS)[::-1]
             bitmap = int(bits, 2).to_bytes(-(-len(bits) // 8), "little")
         return ack_packet(self.qpn, self.cum & PSN_MASK, 1 if self.complete else 0, ACK_KIND,
-                          self.trigger & PSN_MASK, self.duplicates, self.out_of_order, bitmap)
+                          self.trigger & PSN_MASK, self.duplicates, self.out_of_order, bitmap,
+                          self.trigger_owd_us)

@@ -1,4 +1,4 @@
-"""Requester side of one RoCE queue pair: window, loss detection, AIMD.
+"""Requester side of one RoCE queue pair: window, loss detection, congestion control.
 
 Pure logic (no sockets, no clock): the engine passes ``now`` (monotonic
 seconds) and sends what :meth:`SendQP.next_packet` hands out. That keeps the
@@ -13,10 +13,13 @@ the oldest outstanding transmission) expires. The reordering allowance grows
 when the receiver reports duplicates, i.e. when a retransmission was
 spurious. Only lost packets are sent again (selective repeat).
 
-Congestion control is AIMD on a window in packets: +1 per RTT's worth of
-acknowledgements, halved at most once per RTT on loss, floor 1, capped.
-``lost_detected`` counts declarations: a packet declared lost that is then
-acknowledged before its repair leaves (it was only late) is not resent.
+The window (packets) is moved by a controller from :mod:`fabric.agent.cc`:
+on every ACK (with the one-way delay it reports) and on a loss episode, at
+most once per RTT. A cut whose every loss proves to be reordering is undone.
+Below one packet the window is a pacing gap: one packet in flight, sent
+``rtt / cwnd`` after the previous one. ``lost_detected`` counts
+declarations: a packet declared lost that is then acknowledged before its
+repair leaves (it was only late) is not resent.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from fabric.agent.bth import MAX_BITMAP_BYTES, Ack, data_opcode, unwrap
+from fabric.agent.cc import LossControl, SwiftControl
 
 UNSENT, IN_FLIGHT, LOST, ACKED = 0, 1, 2, 3
 # New packets go out only within this many PSNs of the oldest unacked one,
@@ -64,17 +68,21 @@ class SendQP:
         Payload bytes per packet.
     cc : CcConfig
         Tunables.
+    control : LossControl or SwiftControl, optional
+        Moves the window; default AIMD on loss.
     """
 
     COUNTERS = ("packets_sent", "retransmitted", "lost_detected", "rto_count", "acks_received")
 
-    def __init__(self, qpn: int, nbytes: int, mtu: int, cc: CcConfig = CcConfig()) -> None:
+    def __init__(self, qpn: int, nbytes: int, mtu: int, cc: CcConfig = CcConfig(),
+                 control: LossControl | SwiftControl | None = None) -> None:
         if nbytes < 1:
             raise ValueError("a message needs at least one byte")
         self.qpn = qpn
         self.nbytes = nbytes
         self.mtu = mtu
         self.cc = cc
+        self.control = control or LossControl(cc.max_cwnd)
         self.count = -(-nbytes // mtu)
         self.last_len = nbytes - (self.count - 1) * mtu
         self.state = bytearray(self.count)
@@ -95,6 +103,7 @@ class SendQP:
         self.latest_rtt = 0.0
         self.rttvar = 0.0
         self.rto = cc.init_rto_s
+        self.next_send_at = -math.inf   # pacing gap of a window below one packet
         self.backoff = 1
         self.timeouts_in_row = 0
         self.rack_tx = -1               # transmission number of the latest-sent delivered packet
@@ -104,6 +113,7 @@ class SendQP:
         self.undo_cwnd: float | None = None
         self.undo_pending = 0
         self.undone_cuts = 0
+        self.loss_cuts = 0
         self.reorder_mult = 1
         self.last_mult_change = -math.inf
         self.episodes_since_widening = 0
@@ -137,14 +147,26 @@ class SendQP:
         """Payload length of packet ``psn``."""
         return self.last_len if psn == self.count - 1 else self.mtu
 
-    def can_send(self) -> bool:
+    def can_send(self, now: float) -> bool:
         """Whether the window allows a packet now and there is one to send."""
-        if self.done or self.failed or self.inflight >= int(self.cwnd):
+        if self.done or self.failed or self.inflight >= max(1, int(self.cwnd)):
             return False
+        if self.cwnd < 1 and now < self.next_send_at:
+            return False
+        return self._has_packet()
+
+    def _has_packet(self) -> bool:
         lost = self.lost
         while lost and self.state[lost[0]] != LOST:
             lost.popleft()  # acknowledged after all (it was only reordered)
         return bool(lost) or (self.next_new < self.count and self.next_new < self.una + MAX_SPAN)
+
+    def paced_until(self, now: float) -> float | None:
+        """When a window below one packet lets the next packet go, if that is later."""
+        if (self.cwnd < 1 and now < self.next_send_at and not self.inflight and not self.done
+                and not self.failed and self._has_packet()):
+            return self.next_send_at
+        return None
 
     def next_packet(self, now: float) -> tuple[int, int, bool, int]:
         """Commit the next packet to the wire; call only when :meth:`can_send`.
@@ -170,6 +192,8 @@ class SendQP:
         self.outstanding.append((psn, self.tx))
         self.inflight += 1
         self.packets_sent += 1
+        if self.cwnd < 1:
+            self.next_send_at = now + (self.srtt or self.rto) / self.cwnd
         return psn, data_opcode(psn, self.count), ackreq, self.length(psn)
 
     # -- acknowledgements --------------------------------------------------------------
@@ -223,10 +247,11 @@ class SendQP:
             self._spurious(ack.duplicates - self.peer_duplicates)
         self.peer_duplicates = max(self.peer_duplicates, ack.duplicates)
         self.peer_out_of_order = max(self.peer_out_of_order, ack.out_of_order)
+        delay = ack.owd_us / 1e6 if ack.owd_us else None
+        self.cwnd = self.control.on_ack(self.cwnd, newly, delay, now, self.srtt or self.rto)
         if newly:
             self.timeouts_in_row = 0
             self.backoff = 1
-            self.cwnd = min(self.cwnd + newly / self.cwnd, self.cc.max_cwnd)  # +1 per RTT
             self.detect_losses(now)
         return newly
 
@@ -293,7 +318,8 @@ class SendQP:
         # halve once per RTT however many losses that RTT had
         if now - self.last_cut >= (self.srtt or self.rto):
             self.undo_cwnd, self.undo_pending = self.cwnd, marked
-            self.cwnd = max(1.0, self.cwnd / 2)
+            self.cwnd = self.control.on_loss(self.cwnd)
+            self.loss_cuts += 1
             self.last_cut = now
             # as RACK's reo_wnd_persist: a widened allowance that caught no
             # spurious repair for many loss episodes falls back to the floor

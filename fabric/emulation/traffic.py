@@ -89,8 +89,16 @@ def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSp
         transport = replace(transport, rate_mbps=emu.report.rate_plan.host_mbps)
     transfers = [t if t.dst_ip or len(graph.nodes[t.dst]["nics"]) == 1
                  else replace(t, dst_ip=nearest_nic_ip(graph, t.src, t.dst)) for t in transfers]
+    transfers = [t if t.hops else replace(t, hops=path_links(graph, t.src, t.dst))
+                 for t in transfers]
     return Plan(list(transfers), hosts, transport, time.time() + START_LEAD_S, deadline_s,
                 port_seed)
+
+
+def path_links(graph: Any, src: str, dst: str) -> int:
+    """Links on a shortest path from ``src`` to ``dst`` through switches only."""
+    return nx.shortest_path_length(graph.subgraph(set(fg.switches(graph)) | {src, dst}),
+                                   src, dst)
 
 
 def nearest_nic_ip(graph: Any, src: str, dst: str) -> str:

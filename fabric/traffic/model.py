@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 TRANSPORTS = ("tcp", "roce")
 ENTROPY = ("flow", "packet")
+CONGESTION_CONTROLS = ("swift", "loss")  # of the roce transport (fabric.agent.cc)
 TCP_DATA_PORT = 7100
 ROCE_PORT = 4791
 SOURCE_PORTS = range(10000, 32768)  # below Linux's ephemeral range (32768-60999)
@@ -39,7 +40,9 @@ class Transfer:
     ``tag`` names the pattern step (e.g. ``"ring-allreduce/step3"``);
     ``channel`` picks which of the connections (queue pairs) between the
     two endpoints carries it; ``dst_ip`` overrides the destination address
-    (a dual-homed storage node has one per zone).
+    (a dual-homed storage node has one per zone); ``hops`` is the number of
+    links on its path (0: unknown), which delay-based control scales its
+    target with.
     """
 
     id: str
@@ -51,6 +54,7 @@ class Transfer:
     tag: str = ""
     channel: int = 0
     dst_ip: str | None = None
+    hops: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ class TransportSpec:
     transfer is split evenly over them. ``entropy``: ``flow`` keeps one UDP
     source port per transfer (ECMP-like), ``packet`` varies it per packet
     over ``entropy_ports`` ports (spraying). ``rate_mbps``: pacing ceiling of
-    a roce sender (the emulated host link rate).
+    a roce sender (the emulated host link rate). ``cc``: the roce congestion
+    control (:mod:`fabric.agent.cc`): ``swift`` (delay-based) or ``loss``.
     """
 
     kind: str = "tcp"
@@ -70,6 +75,7 @@ class TransportSpec:
     entropy_ports: int = 64
     rate_mbps: float | None = None
     mtu_payload: int = 1400
+    cc: str = "swift"
 
     def __post_init__(self) -> None:
         if self.kind not in TRANSPORTS:
@@ -84,6 +90,8 @@ class TransportSpec:
             raise ScheduleError(f"rate_mbps must be > 0, got {self.rate_mbps}")
         if not 256 <= self.mtu_payload <= 1400:
             raise ScheduleError(f"mtu_payload must be 256..1400, got {self.mtu_payload}")
+        if self.cc not in CONGESTION_CONTROLS:
+            raise ScheduleError(f"cc must be one of {CONGESTION_CONTROLS}, got {self.cc!r}")
 
 
 @dataclass

@@ -199,7 +199,7 @@ def simulate(npackets: int, loss: float, reorder: float, max_extra_s: float, see
         deadline = send.deadline()
         if deadline is not None and deadline <= now:
             send.on_timer(now)
-        if now >= next_slot and send.can_send():
+        if now >= next_slot and send.can_send(now):
             psn, _, ackreq, _ = send.next_packet(now)
             put("data", (psn, ackreq), 2e-4, loss)
             next_slot = now + 1 / rate_pps
@@ -265,7 +265,7 @@ def test_receiver_gone_fails_after_repeated_timeouts():
     send = SendQP(0x100, 10_000, 1000)
     now = 0.0
     while not send.failed and now < 60:
-        while send.can_send():
+        while send.can_send(now):
             send.next_packet(now)
         deadline = send.deadline()
         assert deadline is not None
@@ -354,24 +354,36 @@ def test_a_collective_of_many_steps_reuses_one_socket_pool(tmp_path: Path):
         [r.stderr for r in runs.values()]
     used = {tuple(_row(runs["a"], t.id, "send")["src_ports"]) for t in steps}
     assert len(used) == 1 and len(next(iter(used))) == 16
+    # each step goes on in the pool where the previous one stopped, so that short
+    # transfers do not all spray over the pool's first ports
+    for before, after in zip(steps, steps[1:]):
+        prev = _row(runs["a"], before.id, "send")
+        assert _row(runs["a"], after.id, "send")["first_port"] == (
+            prev["first_port"] + prev["packets_sent"]) % 16
     for t in steps:
         assert _row(runs["b"], t.id, "recv")["bytes"] == 20_000
 
 
-@pytest.mark.parametrize("entropy", ["packet", "flow"])
-def test_roce_through_lossy_reordering_proxy(tmp_path: Path, entropy: str):
+# loss-based control through 5 % loss and half the packets held back 4 ms; swift, which
+# reads a held packet's 4 ms (14 packet times on a one-link path) as a queue and slows
+# down, through the loss alone
+@pytest.mark.parametrize("entropy, cc, held", [("packet", "loss", 0.5), ("flow", "loss", 0.5),
+                                               ("packet", "swift", 0.0)])
+def test_roce_through_lossy_reordering_proxy(tmp_path: Path, entropy: str, cc: str,
+                                             held: float):
     hosts = loopback_hosts(["a", "b"])
     proxy_ip = spare_address(hosts)
     size = 500_000
     plan = Plan([Transfer("t1", "a", "b", size, dst_ip=proxy_ip)], hosts,
-                TransportSpec(kind="roce", rate_mbps=40, entropy=entropy, entropy_ports=16),
+                TransportSpec(kind="roce", rate_mbps=40, entropy=entropy, entropy_ports=16,
+                              cc=cc),
                 start_at=time.time() + 0.6, deadline_s=8)
-    with ImpairmentProxy(proxy_ip, _ip(hosts, "b"), forward=Impairment(0.05, 0.5, 0.004),
+    with ImpairmentProxy(proxy_ip, _ip(hosts, "b"), forward=Impairment(0.05, held, 0.004),
                          seed=11) as proxy:
         runs = run_plan(plan, tmp_path)
     assert runs["a"].returncode == 0 and runs["b"].returncode == 0, runs["a"].result
     sent, got = _row(runs["a"], "t1", "send"), _row(runs["b"], "t1", "recv")
-    assert proxy.stats.forward["dropped"] > 0 and proxy.stats.forward["held"] > 0
+    assert proxy.stats.forward["dropped"] > 0 and (proxy.stats.forward["held"] > 0) == bool(held)
     assert sent["bytes"] == got["bytes"] == size                  # nothing lost, nothing twice
     assert sent["retransmitted"] > 0 and sent["lost_detected"] > 0
     assert got["out_of_order"] > 0
