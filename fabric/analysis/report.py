@@ -7,11 +7,11 @@ emulated host link rate, which is what transfers to the modelled cluster.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Mapping
 
 from fabric.emulation import fidelity
 from fabric.emulation.traffic import TrafficResult
-from fabric.traffic import collectives, metrics
+from fabric.traffic import collectives, ideal, metrics
 from fabric.traffic.patterns import PatternSpec
 from fabric.traffic.storage import incast_rounds
 
@@ -22,14 +22,23 @@ def metric_rows(result: TrafficResult) -> list[dict[str, Any]]:
              "bytes": r["bytes"]} for r in result.transfer_rows()]
 
 
-def flow_collisions(result: TrafficResult, min_bytes: int = 64 * 1024) -> metrics.Collisions:
-    """Collisions among long transfers with a measured path."""
+def flow_collisions(result: TrafficResult) -> metrics.Collisions | None:
+    """Transfers that shared a switch-to-switch link at the same moment, over every
+    transfer with a measured path (each step of a collective counts on its own).
+
+    Links into and out of endpoints are left out: an endpoint's link carries all
+    its transfers by design, a collision is two flows hashed onto one fabric link.
+    None when no transfer's path was measured: a count that was not measured is
+    not zero.
+    """
+    endpoints = set(result.plan.hosts)
     flows = {}
     for row in result.transfer_rows():
-        if row["path"] and row["fct_s"] is not None and row["bytes"] >= min_bytes:
-            flows[row["id"]] = (row["send_start"], row["recv_end"],
-                                metrics.links_of(row["path"]), row["bytes"])
-    return metrics.collisions(flows)
+        if row["path"] and row["fct_s"] is not None:
+            links = [link for link in metrics.links_of(row["path"])
+                     if link[0] not in endpoints and link[1] not in endpoints]
+            flows[row["id"]] = (row["send_start"], row["recv_end"], links, row["bytes"])
+    return metrics.collisions(flows) if flows else None
 
 
 def _totals(result: TrafficResult) -> dict[str, int]:
@@ -56,8 +65,9 @@ def summarize(result: TrafficResult, spec: PatternSpec, participants: list[str],
         "complete": result.complete, "time_s": elapsed,
         "transfers": len(rows), "bytes": sum(r["bytes"] for r in rows),
         "fct": asdict(metrics.fct_stats(rows)) if ends else None,
-        "collisions": coll.count, "max_flows_per_link": coll.max_flows_per_link,
-        "collision_time_share": coll.share_of_time_in_collision,
+        "collisions": coll.count if coll else None,
+        "max_flows_per_link": coll.max_flows_per_link if coll else None,
+        "collision_time_share": coll.share_of_time_in_collision if coll else None,
         **_totals(result), "errors": result.errors,
         "fidelity": fidelity.report(result.fidelity),
     }
@@ -79,3 +89,32 @@ def summarize(result: TrafficResult, spec: PatternSpec, participants: list[str],
             goodput_mbps=sum(goodputs) / len(goodputs) if goodputs else None,
             goodput_frac=(sum(goodputs) / len(goodputs) / host_mbps) if goodputs else None)
     return summary
+
+
+def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset, float],
+                spray: bool) -> dict[str, ideal.IdealSpan] | None:
+    """What a perfect transport would have done with this run's transfers.
+
+    Per-flow routing (``spray`` False) keeps each transfer on the path the run
+    measured; spraying splits it over its shortest paths in the proportions the
+    switches' hashes really gave (per-link byte counts), so the hash's unevenness
+    belongs to the ideal and the efficiency is the transport's alone. Independent
+    transfers start when they really started; dependent ones the instant their
+    last dependency ends in the model. None when a transfer's path (needed for
+    per-flow routing) was not measured.
+    """
+    spec = result.plan.transport
+    overhead = ideal.transport_overhead(spec.kind, spec.mtu_payload)
+    rows = {r["id"]: r for r in result.transfer_rows()}
+    link_bytes = result.links.totals() if spray else None
+    fluid = []
+    for t in result.plan.transfers:
+        if spray:
+            load = ideal.spray_load(graph, t.src, t.dst, overhead, link_bytes)
+        elif rows[t.id].get("path"):
+            load = ideal.path_load(rows[t.id]["path"], overhead)
+        else:
+            return None
+        start = rows[t.id].get("send_start") or result.plan.start_at
+        fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after))
+    return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))

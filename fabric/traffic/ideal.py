@@ -1,0 +1,273 @@
+"""What a perfect transport would achieve on the paths a run used (pure).
+
+A fluid model: every transfer is a flow of bytes that, while active, gets its
+max-min fair rate given the link capacities (progressive filling). Rates are
+recomputed at every event, so a flow speeds up when the flows beside it
+finish, and a transfer with dependencies starts the instant its last
+dependency ends (a perfect transport has no per-step latency either).
+
+A transfer loads each directed link it crosses in proportion to its goodput:
+``wire / payload`` on the links of its data (headers included) and
+``ack / payload`` on the reverse links (its acknowledgements), so the header
+ceiling and the ACK share of a link are part of the ideal. Per-flow ECMP puts
+all of a transfer on one observed path; a sprayed transfer splits evenly at
+every switch over its next hops towards the destination (the path set a
+perfect spray uses).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import networkx as nx
+
+from fabric.model import graph as fg
+
+Link = tuple[str, str]
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Wire bytes per payload byte: of the data, and of the ACKs on the way back."""
+
+    data: float = 1.0
+    ack: float = 0.0
+
+    @classmethod
+    def of_packets(cls, payload: int, data_overhead: int, ack_bytes: int = 0,
+                   packets_per_ack: float = 1.0) -> "Overhead":
+        """From packet sizes: ``payload`` and ``data_overhead`` bytes per data packet,
+        one ``ack_bytes`` acknowledgement per ``packets_per_ack`` data packets."""
+        return cls((payload + data_overhead) / payload,
+                   ack_bytes / (packets_per_ack * payload) if ack_bytes else 0.0)
+
+
+@dataclass(frozen=True)
+class FluidTransfer:
+    """One transfer of the fluid model.
+
+    ``load`` maps each directed link to the capacity one unit of this
+    transfer's goodput uses on it; ``start`` is the earliest start (a root's
+    measured start); ``after`` the transfers it waits for.
+    """
+
+    id: str
+    bytes: int
+    load: Mapping[Link, float]
+    start: float = 0.0
+    after: tuple[str, ...] = ()
+
+
+@dataclass
+class IdealSpan:
+    """A transfer's start and end in the fluid model (seconds)."""
+
+    start: float
+    end: float = math.inf
+
+    @property
+    def seconds(self) -> float:
+        """How long it ran."""
+        return self.end - self.start
+
+
+def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
+                  capacity: Mapping[Link, float]) -> dict[str, float]:
+    """Max-min fair rates by progressive filling.
+
+    Every unfrozen flow's rate grows alike until a link fills; the flows on it
+    freeze; the rest go on. A flow that loads no capacitated link is unbounded
+    (``inf``).
+
+    Parameters
+    ----------
+    loads : mapping
+        Flow id -> {link: capacity used per unit of the flow's rate}.
+    capacity : mapping
+        Link -> capacity (the unit of the rates).
+    """
+    rates = {fid: 0.0 for fid in loads}
+    left = dict(capacity)
+    users: dict[Link, list[str]] = defaultdict(list)
+    for fid, load in loads.items():
+        for link, share in load.items():
+            if share > 0 and link in left:
+                users[link].append(fid)
+    bounded = {fid for fids in users.values() for fid in fids}
+    for fid in set(loads) - bounded:
+        rates[fid] = math.inf
+    unfrozen = set(bounded)
+    while unfrozen:
+        step, full = math.inf, []
+        for link, fids in users.items():
+            demand = sum(loads[f][link] for f in fids if f in unfrozen)
+            if demand <= 0:
+                continue
+            room = max(0.0, left[link]) / demand
+            if room < step - _EPS:
+                step, full = room, [link]
+            elif abs(room - step) <= _EPS:
+                full.append(link)
+        for fid in unfrozen:
+            rates[fid] += step
+        for link, fids in users.items():
+            left[link] -= step * sum(loads[f][link] for f in fids if f in unfrozen)
+        frozen = {f for link in full for f in users[link] if f in unfrozen}
+        unfrozen -= frozen
+    return rates
+
+
+def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
+             bits_per_unit: float = 8e-6) -> dict[str, IdealSpan]:
+    """Event-driven fluid run of ``transfers``: each one's ideal start and end.
+
+    Parameters
+    ----------
+    transfers : sequence of FluidTransfer
+        Dependencies must name transfers of the sequence.
+    capacity : mapping
+        Link -> capacity in rate units (Mbit/s by default).
+    bits_per_unit : float
+        Converts bytes to the capacity's unit-seconds (8e-6: bytes -> Mbit).
+
+    Raises
+    ------
+    ValueError
+        On an unknown dependency, a cycle, or a transfer that could never end.
+    """
+    by_id = {t.id: t for t in transfers}
+    for t in transfers:
+        unknown = [d for d in t.after if d not in by_id]
+        if unknown:
+            raise ValueError(f"{t.id} waits for unknown transfers {unknown}")
+    waiting = {t.id: set(t.after) for t in transfers}
+    dependents: dict[str, list[str]] = defaultdict(list)
+    for t in transfers:
+        for dep in t.after:
+            dependents[dep].append(t.id)
+    ready_at = {t.id: t.start for t in transfers if not t.after}
+    remaining = {t.id: t.bytes * bits_per_unit for t in transfers}
+    spans: dict[str, IdealSpan] = {}
+    active: set[str] = set()
+    now = min(ready_at.values(), default=0.0)
+    while len(spans) < len(transfers) or active:
+        for fid in [f for f, at in ready_at.items() if at <= now + _EPS]:
+            del ready_at[fid]
+            spans[fid] = IdealSpan(now)
+            active.add(fid)
+        rates = max_min_rates({f: by_id[f].load for f in active}, capacity)
+        finish = [(remaining[f] / rates[f] if rates[f] > 0 else math.inf, f) for f in active]
+        next_finish = min((dt for dt, _ in finish), default=math.inf)
+        next_start = min(ready_at.values(), default=math.inf) - now
+        step = min(next_finish, next_start)
+        if math.isinf(step):
+            raise ValueError("transfers that can never end: a dependency cycle, or a link "
+                             "without capacity")
+        for f in active:
+            remaining[f] -= rates[f] * step if not math.isinf(rates[f]) else remaining[f]
+        now += step
+        for f in [f for f in active if remaining[f] <= _EPS * max(1.0, by_id[f].bytes)]:
+            active.discard(f)
+            spans[f].end = now
+            for child in dependents[f]:
+                waiting[child].discard(f)
+                if not waiting[child]:
+                    ready_at[child] = max(now, by_id[child].start)
+    return spans
+
+
+def path_load(path: Sequence[str], overhead: Overhead) -> dict[Link, float]:
+    """Load of a transfer that takes one node path (per-flow ECMP)."""
+    load: dict[Link, float] = defaultdict(float)
+    for a, b in zip(path, path[1:]):
+        load[(a, b)] += overhead.data
+        if overhead.ack:
+            load[(b, a)] += overhead.ack
+    return dict(load)
+
+
+def spray_load(graph: nx.Graph, src: str, dst: str, overhead: Overhead,
+               link_bytes: Mapping[Link, float] | None = None) -> dict[Link, float]:
+    """Load of a transfer sprayed at every switch over its shortest next hops.
+
+    The split at a switch is even, or, given ``link_bytes`` (bytes each directed
+    link carried in the run), in proportion to what the switch really sent on
+    each next hop: a per-packet hash spreads the packets unevenly, and the
+    ideal of a sprayed run is taken on the paths as they were used. Endpoints
+    never carry transit traffic; a multi-homed endpoint sends from, and is
+    reached on, its NIC nearest the other end (as the traffic runner addresses
+    it). ACKs take the reverse links in the same proportions.
+    """
+    core = graph.subgraph(fg.switches(graph))
+    first = _attachment_nearest(graph, core, src, dst)
+    last = _attachment_nearest(graph, core, dst, src)
+    hops = nx.single_source_shortest_path_length(core, last)
+    share: dict[str, float] = defaultdict(float)
+    share[first] = 1.0
+    load: dict[Link, float] = defaultdict(float)
+    load[(src, first)] = overhead.data
+    # farthest first: a switch has all its inflow before it splits it
+    for sw in sorted(hops, key=lambda s: -hops[s]):
+        frac = share.get(sw, 0.0)
+        if frac <= 0:
+            continue
+        if sw == last:
+            load[(sw, dst)] += overhead.data * frac
+            continue
+        nxt = [n for n in core.neighbors(sw) if hops.get(n) == hops[sw] - 1]
+        weights = [link_bytes.get((sw, n), 0.0) for n in nxt] if link_bytes else []
+        if sum(weights) <= 0:
+            weights = [1.0] * len(nxt)
+        for n, weight in zip(nxt, weights):
+            part = frac * weight / sum(weights)
+            share[n] += part
+            load[(sw, n)] += overhead.data * part
+    if overhead.ack:
+        for (a, b), value in list(load.items()):
+            load[(b, a)] += value / overhead.data * overhead.ack
+    return dict(load)
+
+
+def _attachment_nearest(graph: nx.Graph, core: nx.Graph, endpoint: str, other: str) -> str:
+    """The switch ``endpoint`` attaches to nearest ``other`` (ties: lowest port)."""
+    targets = set(graph.neighbors(other))
+
+    def distance(sw: str) -> tuple[int, int]:
+        lengths = nx.single_source_shortest_path_length(core, sw)
+        return (min(lengths.get(t, 1 << 30) for t in targets), fg.port(graph, endpoint, sw))
+
+    return min(graph.neighbors(endpoint), key=distance)
+
+
+def link_capacity(graph: nx.Graph, link_mbps: Mapping[frozenset, float]) -> dict[Link, float]:
+    """Both directions of every link at its emulated rate."""
+    cap = {}
+    for a, b in graph.edges:
+        mbps = link_mbps[frozenset((a, b))]
+        cap[(a, b)] = cap[(b, a)] = mbps
+    return cap
+
+
+
+
+# Wire bytes of the transports' packets, as HTB counts them (Ethernet header, no FCS).
+ROCE_DATA_OVERHEAD = 14 + 20 + 8 + 12 + 4     # Ethernet, IPv4, UDP, BTH, ICRC
+ROCE_ACK_BYTES = 14 + 20 + 8 + 32 + 4         # the same around BTH+AETH+AckExt, no SACK bits
+ROCE_PACKETS_PER_ACK = 8                      # the agent's ACK coalescing
+TCP_MSS = 1448                                # 1500 MTU minus IPv4, TCP and timestamps
+TCP_OVERHEAD = 14 + 20 + 32
+TCP_SEGMENTS_PER_ACK = 2                      # delayed ACKs
+
+
+def transport_overhead(kind: str, mtu_payload: int = 1400) -> Overhead:
+    """Headers and ACKs of the ``roce`` or ``tcp`` transport per payload byte."""
+    if kind == "roce":
+        return Overhead.of_packets(mtu_payload, ROCE_DATA_OVERHEAD, ROCE_ACK_BYTES,
+                                   ROCE_PACKETS_PER_ACK)
+    if kind == "tcp":
+        return Overhead.of_packets(TCP_MSS, TCP_OVERHEAD, TCP_OVERHEAD, TCP_SEGMENTS_PER_ACK)
+    raise ValueError(f"unknown transport {kind!r}")

@@ -1,0 +1,104 @@
+"""The fluid ideal: hand-worked cases of max-min sharing, finishes and dependencies."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import topologies
+from fabric.traffic.ideal import (FluidTransfer, Overhead, max_min_rates, path_load,
+                                  simulate, spray_load)
+
+MBIT = 125_000  # bytes
+
+
+def _flow(fid, links, mbit, after=(), start=0.0, share=1.0):
+    return FluidTransfer(fid, int(mbit * MBIT), {link: share for link in links}, start, after)
+
+
+def test_two_flows_on_one_link_share_it():
+    spans = simulate([_flow("a", [("x", "y")], 10), _flow("b", [("x", "y")], 10)],
+                     {("x", "y"): 10.0})
+    assert spans["a"].end == pytest.approx(2.0) and spans["b"].end == pytest.approx(2.0)
+
+
+def test_a_flow_with_two_bottlenecks_takes_the_tighter_and_leaves_the_rest():
+    rates = max_min_rates({"a": {"l1": 1, "l2": 1}, "b": {"l1": 1}}, {"l1": 10.0, "l2": 4.0})
+    assert rates == pytest.approx({"a": 4.0, "b": 6.0})
+
+
+def test_a_flow_speeds_up_when_its_neighbour_finishes():
+    # both at 5 until a (5 Mbit) ends at 1 s; b's last 10 Mbit then go at 10
+    spans = simulate([_flow("a", [("x", "y")], 5), _flow("b", [("x", "y")], 15)],
+                     {("x", "y"): 10.0})
+    assert spans["a"].end == pytest.approx(1.0)
+    assert spans["b"].end == pytest.approx(2.0)
+
+
+def test_staggered_starts_and_dependencies():
+    spans = simulate([_flow("a", [("x", "y")], 10), _flow("b", [("x", "y")], 10, after=("a",)),
+                      _flow("c", [("y", "z")], 10, start=0.5)],
+                     {("x", "y"): 10.0, ("y", "z"): 10.0})
+    assert (spans["a"].start, spans["a"].end) == pytest.approx((0.0, 1.0))
+    assert (spans["b"].start, spans["b"].end) == pytest.approx((1.0, 2.0))
+    assert (spans["c"].start, spans["c"].end) == pytest.approx((0.5, 1.5))
+
+
+def test_headers_and_acks_take_their_share():
+    over = Overhead(data=1.1, ack=0.05)
+    load = path_load(["h0", "s", "h1"], over)
+    assert load == pytest.approx({("h0", "s"): 1.1, ("s", "h1"): 1.1, ("s", "h0"): 0.05,
+                                  ("h1", "s"): 0.05})
+    # h1 sends back to h0 while h0 sends to h1: each link carries data and ACKs
+    back = path_load(["h1", "s", "h0"], over)
+    cap = {link: 11.5 for link in load}
+    rates = max_min_rates({"fwd": load, "back": back}, cap)
+    assert rates["fwd"] == pytest.approx(11.5 / 1.15)
+
+
+def test_packet_overhead():
+    over = Overhead.of_packets(payload=1000, data_overhead=100, ack_bytes=80, packets_per_ack=8)
+    assert over.data == pytest.approx(1.1) and over.ack == pytest.approx(0.01)
+
+
+def test_unbounded_flow_and_cycle():
+    assert max_min_rates({"a": {"nolink": 1.0}}, {}) == {"a": math.inf}
+    with pytest.raises(ValueError, match="cycle"):
+        simulate([_flow("a", [("x", "y")], 1, after=("b",)),
+                  _flow("b", [("x", "y")], 1, after=("a",))], {("x", "y"): 1.0})
+
+
+def test_spray_splits_evenly_over_the_spines():
+    graph = topologies.build("leaf-spine,leaves=2,spines=2,hosts_per_leaf=2")
+    load = spray_load(graph, "l0h0", "l1h1", Overhead())
+    assert load[("l0h0", "l0")] == pytest.approx(1.0)
+    assert load[("l0", "s0")] == load[("l0", "s1")] == pytest.approx(0.5)
+    assert load[("s0", "l1")] == load[("s1", "l1")] == pytest.approx(0.5)
+    assert load[("l1", "l1h1")] == pytest.approx(1.0)
+    # a flow within one leaf never reaches a spine
+    local = spray_load(graph, "l0h0", "l0h1", Overhead())
+    assert set(local) == {("l0h0", "l0"), ("l0", "l0h1")}
+
+
+def test_spray_over_a_fat_tree_conserves_the_flow():
+    graph = topologies.build("fat-tree")
+    load = spray_load(graph, "p0e0h0", "p3e1h1", Overhead())
+    cores = [l for l in load if l[0].startswith("p0a") and l[1].startswith("c")]
+    assert len(cores) == 4 and sum(load[l] for l in cores) == pytest.approx(1.0)
+    assert load[("p3e1", "p3e1h1")] == pytest.approx(1.0)
+
+
+def test_spray_leaves_a_dual_homed_storage_node_by_the_nic_in_the_clients_zone():
+    graph = topologies.build("two-zone")
+    load = spray_load(graph, "st0", "z1h0", Overhead())
+    assert ("st0", "z1l0") in load and ("st0", "z0l0") not in load
+    assert not any(a.startswith("z0") or b.startswith("z0") for a, b in load)
+
+
+def test_spray_follows_the_measured_split_when_given():
+    graph = topologies.build("leaf-spine,leaves=2,spines=2,hosts_per_leaf=2")
+    measured = {("l0", "s0"): 3000.0, ("l0", "s1"): 1000.0}
+    load = spray_load(graph, "l0h0", "l1h1", Overhead(), measured)
+    assert load[("l0", "s0")] == pytest.approx(0.75) and load[("l0", "s1")] == pytest.approx(0.25)
+    assert load[("s0", "l1")] == pytest.approx(0.75)
