@@ -43,14 +43,17 @@ RUN_SYSCTLS = {
     "net.core.wmem_default": str(ovs.WMEM_DEFAULT_BYTES),
     "net.ipv6.conf.default.disable_ipv6": "1",
 }
+ALLOWED_TCP_CC = "net.ipv4.tcp_allowed_congestion_control"
 # Inside each host: no IPv6; offloads off or TCP stalls over userspace OVS.
 HOST_SETUP_SCRIPT = r"""
 sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
 # TCP ACKs carry the DSCP of the data they acknowledge (so they stay in its lane)
 sysctl -qw net.ipv4.tcp_reflect_tos=1 2>/dev/null || true
+# the pinned TCP congestion control (a new namespace takes the kernel's default)
+sysctl -qw net.ipv4.tcp_congestion_control="$3"
 ip -batch "$1"
 tc -batch "$2"
-shift 2
+shift 3
 for dev in "$@"; do
   ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
 done
@@ -79,6 +82,7 @@ class EmulationOptions:
     adaptive: AdaptiveParams | None = None  # None: timing scaled to the host rate
     busy_links: int | None = None  # endpoint links the workload loads at once (None: all)
     enforce_budget: bool = True  # False only to benchmark beyond the forwarding budget
+    tcp_cc: str = "cubic"  # TCP congestion control of every emulated host
 
 
 @dataclass
@@ -221,6 +225,10 @@ class Emulation:
         if self.options.policy not in POLICIES:
             raise EmulationError(f"unknown routing policy {self.options.policy!r} "
                                  f"(known: {', '.join(POLICIES)})")
+        available = tcp_congestion_controls()
+        if self.options.tcp_cc not in available:
+            raise EmulationError(f"TCP congestion control {self.options.tcp_cc!r} is not in "
+                                 f"this kernel (available: {', '.join(available)})")
         for other in runstate.load_all():
             if system.running(other.owner_pid) and other.owner_pid != os.getpid():
                 raise EmulationError(f"another fabric run (pid {other.owner_pid}) is active; "
@@ -239,15 +247,25 @@ class Emulation:
                             for sw in state.bridges for nbr in self.graph.neighbors(sw)]
         state.host_intfs = [fg.intf_name(ep, nic["port"]) for ep in fg.endpoints(self.graph)
                             for nic in self.graph.nodes[ep]["nics"]]
-        state.sysctls = {key: system.read_sysctl(key) for key in RUN_SYSCTLS}
+        wanted = self._run_sysctls()
+        state.sysctls = {key: system.read_sysctl(key) for key in wanted}
         state.save()  # before the first change, so a kill at any point can be undone
         self.state = self._made = state
         self.workdir = state.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for key, value in RUN_SYSCTLS.items():
+        for key, value in wanted.items():
             if key.endswith("_default") and int(system.read_sysctl(key)) >= int(value):
                 continue
             system.write_sysctl(key, value)
+
+    def _run_sysctls(self) -> dict[str, str]:
+        """The global sysctls of this run: socket buffers, no IPv6 on new links, and the
+        TCP congestion control allowed to the hosts' namespaces (a namespace may only
+        choose an allowed one)."""
+        allowed = system.read_sysctl(ALLOWED_TCP_CC).split()
+        if self.options.tcp_cc not in allowed:
+            allowed.append(self.options.tcp_cc)
+        return {**RUN_SYSCTLS, ALLOWED_TCP_CC: " ".join(allowed)}
 
     def _start_controller(self) -> None:
         status = self.workdir / "controller.json"
@@ -278,12 +296,16 @@ class Emulation:
             topo=None, switch=mnclasses.switch_class(), link=Link, controller=None, build=False,
             autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
-        net.addController("c0", controller=RemoteController, ip="127.0.0.1",
-                          port=self.options.controller_port)
+        # every node's shell is recorded: teardown and `fabric clean` stop them all, even
+        # when the process that started them lives on (an interpreter using the API)
+        controller = net.addController("c0", controller=RemoteController, ip="127.0.0.1",
+                                       port=self.options.controller_port)
+        self.state.add_process(controller.pid, expect="mininet:c0")
         datapath = "user" if self.report.datapath == "user" else "kernel"
         for sw in fg.switches(self.graph):
-            net.addSwitch(sw, dpid=self.graph.nodes[sw]["dpid"], datapath=datapath,
-                          protocols=OPENFLOW_PROTOCOLS, failMode="secure")
+            switch = net.addSwitch(sw, dpid=self.graph.nodes[sw]["dpid"], datapath=datapath,
+                                   protocols=OPENFLOW_PROTOCOLS, failMode="secure")
+            self.state.add_process(switch.pid, expect=f"mininet:{sw}")
         for ep in fg.endpoints(self.graph):
             host = net.addHost(ep, ip=None)
             self.state.add_process(host.pid, expect=f"mininet:{ep}")
@@ -307,7 +329,8 @@ class Emulation:
             tc_file.write_text(hostconfig.endpoint_tc_batch(self.graph, ep, *shaping_args))
             devs = [fg.intf_name(ep, nic["port"]) for nic in self.graph.nodes[ep]["nics"]]
             procs.append((ep, self.host(ep).popen(
-                ["sh", "-ec", HOST_SETUP_SCRIPT, "sh", str(ip_file), str(tc_file), *devs],
+                ["sh", "-ec", HOST_SETUP_SCRIPT, "sh", str(ip_file), str(tc_file),
+                 self.options.tcp_cc, *devs],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         root_tc = self.workdir / "switches.tc"
         root_tc.write_text("".join(hostconfig.switch_tc_batch(self.graph, sw, *shaping_args)
@@ -385,6 +408,14 @@ class Emulation:
         if self._made is None:
             return []
         return runstate.leftovers(self._made)
+
+
+def tcp_congestion_controls() -> list[str]:
+    """The TCP congestion controls this kernel offers (any can be set per namespace)."""
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    except OSError:
+        return []
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -40,11 +40,19 @@ CASES = [(command, phase, sig) for command in COMMANDS
          for sig in ("SIGKILL", "SIGTERM", "SIGINT")]
 
 
-def _phase_reached(command: str, phase: str, log: Path) -> bool:
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _phase_reached(command: str, phase: str, proc: subprocess.Popen, log: Path) -> bool:
     if phase == "undo-log":
         return system_state.RUNS_DIR.is_dir() and any(system_state.RUNS_DIR.glob("*.json"))
-    if phase == "hosts":
-        return any("mininet:" in p for p in system_state.processes())
+    if phase == "hosts":  # a shell of this run's Mininet (a child of the run's process)
+        return any(_parent(int(p.split()[0])) == proc.pid and "mininet:" in p
+                   for p in system_state.processes())
     if phase == "bridges":
         return bool(ovs.bridges())
     return RUNNING[command] in log.read_text(errors="replace")
@@ -71,7 +79,7 @@ def test_killed_run_leaves_nothing_after_clean(command, phase, sig, tmp_path):
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + PHASE_TIMEOUT_S
-        while not _phase_reached(command, phase, log):
+        while not _phase_reached(command, phase, proc, log):
             assert proc.poll() is None, f"ended before {phase}: {log.read_text()[-1500:]}"
             assert time.monotonic() < deadline, f"{phase} not reached: {log.read_text()[-1500:]}"
             time.sleep(0.02)
