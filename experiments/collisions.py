@@ -19,21 +19,24 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, flow_goodputs, load_run,
-                                run_schedules, stride_transfers)
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_float, load_run,
+                                run_schedules)
 from fabric.analysis import plotstyle, results
 from fabric.analysis.report import flow_collisions
-from fabric.emulation import Emulation, EmulationOptions, capacity
+from fabric.analysis.report import ideal_spans as report_ideal
+from fabric.emulation import Emulation, capacity
 from fabric.model import graph as fg
-from fabric.traffic import collectives
+from fabric.traffic import collectives, synthetic
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
-from fabric.traffic.model import ScheduleError, TransportSpec
+from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "collisions"
 QUESTION = "How much line rate does per-flow ECMP lose to collisions, vs spraying and adaptive?"
 POLICIES = ("ecmp", "spray", "adaptive")
-PATTERNS = ("stride", "ring-allreduce", "all-to-all")
+PATTERNS = ("stride", "permutation", "ring-allreduce", "all-to-all")
+ABLATION_PATTERNS = ("stride", "permutation")
+FLOW_S = 1.5  # one-flow patterns: each flow's bytes, in seconds of its link at line rate
 # Many entropy values even out the hash: 64 split one flow 17-31 % over 4 paths.
 ENTROPY_PORTS = 256
 # Per-rank buffer of the collectives, in seconds of the host link at line
@@ -46,7 +49,7 @@ BUFFER_S = 3.0
 # all-to-all keeps 15 queue pairs busy in every agent; their per-QP ACKs and
 # timers cost the agents enough CPU to starve OVS at the full rate (mean
 # input delay 0.8-2.2 ms at 2-3 Mbit/s on rail-clos, 0.4-0.5 ms at 1.5).
-RATE_SHARE = {"stride": 1.0, "ring-allreduce": 1.0, "all-to-all": 0.5}
+RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-all": 0.5}
 
 
 def _topologies(ctx: RunContext) -> list[str]:
@@ -67,26 +70,30 @@ def check(ctx: RunContext) -> None:
 
 
 def _transfers(graph: Any, pattern: str, seed: int, host_mbps: float):
-    """Schedule of one run and its nccl-tests size (None for the stride)."""
+    """Schedule of one run and its nccl-tests size (None for the one-flow patterns)."""
+    nbytes = int(host_mbps * 1e6 / 8 * FLOW_S)
     if pattern == "stride":
         ranks = rank_hosts(graph, placement="rail")
-        nbytes = int(host_mbps * 1e6 / 8 * 1.5)  # 1.5 s at line rate
-        return stride_transfers(graph, ranks, nbytes), ranks, None
+        return synthetic.stride(graph, ranks, nbytes), ranks, None
     ranks = rank_hosts(graph, placement="random", seed=seed)
+    if pattern == "permutation":
+        return synthetic.permutation(ranks, nbytes, seed), ranks, None
     size = int(host_mbps * 1e6 / 8 * BUFFER_S)
     return collectives.generate(pattern, ranks, size), ranks, size
 
 
-def _norm_throughput(pattern: str, result: Any, ranks: list[str], size: int | None,
-                     host_mbps: float) -> float:
-    if pattern == "stride":
-        rates = flow_goodputs(result)
-        return statistics.fmean(rates) / host_mbps if rates else 0.0
-    rows = result.transfer_rows()
-    start = min(r["send_start"] for r in rows if r["send_start"])
-    end = max(r["recv_end"] for r in rows if r["recv_end"])
-    busbw = collectives.busbw(pattern, len(ranks), size, end - start) * 8 / 1e6
-    return busbw / host_mbps
+def norm_throughput(pattern: str, spans: dict[str, tuple[float, float, int]],
+                    ranks: list[str], size: int | None, host_mbps: float) -> float | None:
+    """Throughput over the host rate from ``{id: (start, end, bytes)}``: the mean flow
+    goodput for the one-flow patterns, busbw for collectives (None if incomplete)."""
+    if not spans or any(end is None or start is None for start, end, _ in spans.values()):
+        return None
+    if size is None:
+        rates = [b * 8 / 1e6 / (end - start) for start, end, b in spans.values() if end > start]
+        return statistics.fmean(rates) / host_mbps if rates else None
+    start = min(s for s, _, _ in spans.values())
+    end = max(e for _, e, _ in spans.values())
+    return collectives.busbw(pattern, len(ranks), size, end - start) * 8 / 1e6 / host_mbps
 
 
 def _uplink_loads(graph: Any, result: Any) -> dict[str, float]:
@@ -101,53 +108,107 @@ def _uplink_loads(graph: Any, result: Any) -> dict[str, float]:
     return loads
 
 
+def result_span(rows: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first send to the last byte received (None if incomplete)."""
+    if not rows or any(r["recv_end"] is None or r["send_start"] is None for r in rows):
+        return None
+    return max(r["recv_end"] for r in rows) - min(r["send_start"] for r in rows)
+
+
+def transport_losses(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Data packets lost on the way (sent minus received, exact), the share of all sent,
+    and retransmission timeouts, from the merged transfer rows."""
+    sent = sum(r.get("send_packets_sent") or 0 for r in rows)
+    received = sum(r.get("recv_packets_received") or 0 for r in rows)
+    return {"drop_frac": round((sent - received) / sent, 5) if sent else None,
+            "rto": sum(r.get("send_rto_count") or 0 for r in rows)}
+
+
 def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps: float,
-                 patterns: list[str], seeds: list[int], progress: Progress, log: RunLog,
-                 link_rows: list[dict[str, Any]]) -> None:
-    """One fabric at one rate: the idle check, then every pattern x seed run on it."""
-    transport = TransportSpec("roce", entropy="flow" if policy == "ecmp" else "packet",
-                              entropy_ports=ENTROPY_PORTS)
-    with Emulation(graph, EmulationOptions(policy=policy, host_mbps=host_mbps)) as emu:
-        host_mbps = emu.report.rate_plan.host_mbps
+                 grid: list[tuple[str, str]], seeds: list[int], progress: Progress,
+                 log: RunLog, link_rows: list[dict[str, Any]]) -> None:
+    """One fabric at one rate: the idle check, then every (pattern, cc) x seed run on it."""
+    spray = policy != "ecmp"
+    with Emulation(graph, ctx.options(policy=policy, host_mbps=host_mbps)) as emu:
+        plan = emu.report.rate_plan
+        host_mbps = plan.host_mbps
 
         def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
             pattern, ranks, size = run.context
-            coll = flow_collisions(result) if policy == "ecmp" else None
+            rows = result.transfer_rows()
+            measured = norm_throughput(pattern, {r["id"]: (r["send_start"], r["recv_end"],
+                                                           r["bytes"]) for r in rows},
+                                       ranks, size, host_mbps)
+            ideal_spans = report_ideal(result, graph, plan.link_mbps, spray)
+            best = (norm_throughput(pattern, {r["id"]: (ideal_spans[r["id"]].start,
+                                                        ideal_spans[r["id"]].end, r["bytes"])
+                                              for r in rows}, ranks, size, host_mbps)
+                    if ideal_spans else None)
+            coll = None if spray else flow_collisions(result)  # a spray has every path
             link_rows.extend({**run.keys, "link": link, "share": round(load, 4)}
                              for link, load in _uplink_loads(graph, result).items())
-            return {"host_mbps": host_mbps,
-                    "norm_throughput": round(_norm_throughput(
-                        pattern, result, ranks, size, host_mbps), 4),
-                    # sprayed flows take every path: collisions are not defined
+            ideal_span = (max(s.end for s in ideal_spans.values())
+                          - min(s.start for s in ideal_spans.values())) if ideal_spans else None
+            span = result_span(rows)
+            return {"host_mbps": host_mbps, "norm_throughput": _round(measured),
+                    "ideal": _round(best),
+                    "efficiency": _round(measured / best if measured and best else None),
+                    # the last byte's time: unlike a mean of flow rates, unfairness cannot
+                    # beat the ideal here
+                    "span_efficiency": _round(ideal_span / span if span and ideal_span
+                                              else None),
                     "collisions": coll.count if coll else None,
                     "max_flows_per_link": coll.max_flows_per_link if coll else None,
-                    "complete": result.complete, "valid": report["valid"]}
+                    **transport_losses(rows), "complete": result.complete,
+                    "valid": report["valid"]}
 
-        def runs() -> Iterator[Scheduled]:
-            for pattern in patterns:
-                for seed in seeds:
-                    transfers, ranks, size = _transfers(graph, pattern, seed, host_mbps)
-                    yield Scheduled({"topology": spec, "policy": policy, "pattern": pattern,
-                                     "seed": seed}, transfers, seed, (pattern, ranks, size))
+        for cc in sorted({cc for _, cc in grid}):
+            transport = TransportSpec("roce", entropy="packet" if spray else "flow",
+                                      entropy_ports=ENTROPY_PORTS, cc=cc)
 
-        run_schedules(emu, runs(), transport,
-                      ctx.run_dir / "work" / f"{spec}-{policy}-{host_mbps:g}", progress,
-                      row_of, log)
+            def runs(cc: str = cc) -> Iterator[Scheduled]:
+                for pattern in [p for p, c in grid if c == cc]:
+                    for seed in seeds:
+                        transfers, ranks, size = _transfers(graph, pattern, seed, host_mbps)
+                        yield Scheduled({"topology": spec, "policy": policy, "pattern": pattern,
+                                         "cc": cc, "seed": seed}, transfers, seed,
+                                        (pattern, ranks, size))
+
+            run_schedules(emu, runs(), transport,
+                          ctx.run_dir / "work" / f"{spec}-{policy}-{host_mbps:g}-{cc}",
+                          progress, row_of, log)
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def plan_grid(ctx: RunContext) -> dict[str, list[tuple[str, str]]]:
+    """Topology -> the (pattern, cc) pairs it runs: every pattern with ``ctx.cc``, and in
+    a full run the ablation (the other ccs on the one-flow patterns of the first
+    topology), so the figures can say how much of each number is the transport."""
+    patterns = ("stride",) if ctx.quick else PATTERNS
+    topos = _topologies(ctx)
+    grid = {spec: [(p, ctx.cc) for p in patterns] for spec in topos}
+    if not ctx.quick:
+        grid[topos[0]] += [(p, cc) for cc in CONGESTION_CONTROLS if cc != ctx.cc
+                           for p in ABLATION_PATTERNS]
+    return grid
 
 
 def run(ctx: RunContext) -> dict[str, Any]:
-    """Run every topology x policy x pattern x seed; write CSVs and the summary."""
+    """Run every topology x policy x (pattern, cc) x seed; write CSVs and the summary."""
     seeds = ctx.seed_list(quick_default=2, full_default=10)
-    patterns = ("stride",) if ctx.quick else PATTERNS
-    topos = _topologies(ctx)
-    progress = Progress(len(topos) * len(POLICIES) * len(patterns) * len(seeds), NAME)
+    grid = plan_grid(ctx)
+    topos = list(grid)
+    progress = Progress(sum(len(g) for g in grid.values()) * len(POLICIES) * len(seeds), NAME)
     log, link_rows = RunLog(), []
     for spec in topos:
         graph = topologies.build(spec)
         base_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph)
         for policy in POLICIES:
-            for share in sorted({RATE_SHARE[p] for p in patterns}, reverse=True):
-                mine = [p for p in patterns if RATE_SHARE[p] == share]
+            for share in sorted({RATE_SHARE[p] for p, _ in grid[spec]}, reverse=True):
+                mine = [(p, cc) for p, cc in grid[spec] if RATE_SHARE[p] == share]
                 _one_bringup(ctx, spec, graph, policy, base_mbps * share, mine, seeds,
                              progress, log, link_rows)
     rows = log.rows
@@ -163,11 +224,14 @@ def run(ctx: RunContext) -> dict[str, Any]:
                            "anchors": {"ecmp": "60-68 % of line rate",
                                        "spray": ">= 90 % (vendor: 95 % vs 60 %)"}})
     return {"table": table, "fidelity": fid, "seeds": seeds,
-            "parameters": {"topologies": topos, "patterns": patterns, "policies": POLICIES,
-                           "transport": "roce", "host_mbps": ctx.host_mbps or "auto",
-                           "rate_share": {p: RATE_SHARE[p] for p in patterns}},
+            "parameters": {"topologies": topos, "grid": grid, "policies": POLICIES,
+                           "transport": "roce", "cc": ctx.cc,
+                           "host_mbps": ctx.host_mbps or "auto",
+                           "rate_share": RATE_SHARE, "flow_s": FLOW_S, "buffer_s": BUFFER_S},
             "notes": [f"balls-into-bins expectation 1-(1-1/N)^N for N={spines} paths: "
-                      f"{expected:.3f}"]}
+                      f"{expected:.3f}",
+                      "ideal: a perfect transport on the paths the run used (max-min fair "
+                      "fluid model, headers and ACKs included); efficiency = measured / ideal"]}
 
 
 ANCHORS = {"ecmp": "0.60-0.68", "spray": ">=0.90", "adaptive": ">=0.90"}
@@ -188,24 +252,74 @@ def expected_throughput(policy: str, pattern: str, paths: int) -> float | None:
 
 
 def _table(rows: list[dict[str, Any]], paths: dict[str, int]) -> list[dict[str, Any]]:
-    """Mean and spread of normalised throughput per topology, policy and pattern,
-    next to the theory (stride only) and the published anchor."""
+    """Per topology, policy, pattern and cc: the mean and spread of the normalised
+    throughput beside the theory (stride only), the per-run ideal and the anchor, the
+    efficiency (transport loss), ECMP's collisions and the packet loss."""
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        groups.setdefault((row["topology"], row["policy"], row["pattern"]), []).append(row)
+        groups.setdefault((row["topology"], row["policy"], row["pattern"], row["cc"]),
+                          []).append(row)
     table = []
-    for (topo, policy, pattern), group in groups.items():
-        values = [r["norm_throughput"] for r in group]
-        colls = [r["collisions"] for r in group if r["collisions"] is not None]
+    for (topo, policy, pattern, cc), group in groups.items():
+        values = [r["norm_throughput"] for r in group if r["norm_throughput"] is not None]
+
+        def mean(field: str, digits: int = 4) -> float | None:
+            got = [r[field] for r in group if r[field] is not None]
+            return round(statistics.fmean(got), digits) if got else None
+
         maxes = [r["max_flows_per_link"] for r in group if r["max_flows_per_link"] is not None]
-        table.append({"topology": topo, "policy": policy, "pattern": pattern,
-                      "seeds": len(group), "norm_throughput": round(statistics.fmean(values), 4),
-                      "norm_throughput_min": min(values), "norm_throughput_max": max(values),
+        table.append({"topology": topo, "policy": policy, "pattern": pattern, "cc": cc,
+                      "seeds": len(group),
+                      "norm_throughput": round(statistics.fmean(values), 4) if values else None,
+                      "norm_throughput_min": min(values, default=None),
+                      "norm_throughput_max": max(values, default=None),
                       "theory": expected_throughput(policy, pattern, paths[topo]),
-                      "anchor": ANCHORS[policy],
-                      "collisions": round(statistics.fmean(colls), 2) if colls else None,
-                      "max_flows_per_link": max(maxes) if maxes else None})
+                      "ideal": mean("ideal"), "efficiency": mean("efficiency"),
+                      "span_efficiency": mean("span_efficiency"),
+                      "anchor": ANCHORS[policy], "collisions": mean("collisions", 2),
+                      "max_flows_per_link": max(maxes) if maxes else None,
+                      "drop_frac": mean("drop_frac", 5),
+                      "rto": sum(r["rto"] for r in group),
+                      "incomplete": len(group) - len(values)})
     return table
+
+
+def _main_cc(runs: list[dict[str, Any]]) -> str:
+    """The congestion control every pattern ran with (the ablation adds the others)."""
+    patterns = {r["pattern"] for r in runs}
+    return next(cc for cc in sorted({r["cc"] for r in runs})
+                if {r["pattern"] for r in runs if r["cc"] == cc} == patterns)
+
+
+def _ablation_figure(plt: Any, runs: list[dict[str, Any]], ccs: list[str], run_dir: Path,
+                     valid: bool) -> list[Path]:
+    """Efficiency (measured / ideal) per policy and congestion control: how much of
+    each figure is the transport."""
+    topo = sorted({r["topology"] for r in runs}, reverse=True)[0]
+    patterns = [p for p in ABLATION_PATTERNS
+                if all(any(r["pattern"] == p and r["cc"] == cc and r["topology"] == topo
+                           for r in runs) for cc in ccs)]
+    fig, axes = plt.subplots(1, len(patterns), figsize=(3.2 * len(patterns), 2.5),
+                             squeeze=False, sharey=True)
+    width = 0.8 / len(ccs)
+    for ax, pattern in zip(axes[0], patterns):
+        for j, cc in enumerate(ccs):
+            for i, policy in enumerate(POLICIES):
+                values = [v for v in (as_float(r["efficiency"]) for r in runs
+                                      if r["topology"] == topo and r["pattern"] == pattern
+                                      and r["policy"] == policy and r["cc"] == cc)
+                          if v is not None]
+                if values:
+                    plotstyle.spread_bar(ax, i + (j - (len(ccs) - 1) / 2) * width, values,
+                                         plotstyle.colour("", j + 4), width=width * 0.9,
+                                         label=cc if i == 0 else None)
+        ax.axhline(1.0, ls="--", color="grey", lw=1)
+        ax.set_xticks(range(len(POLICIES)), POLICIES)
+        ax.set_ylim(0, 1.1)
+        ax.set_title(f"{pattern} on {topo}")
+    axes[0][0].set_ylabel("measured / ideal")
+    axes[0][0].legend(title="congestion control", loc="lower right", fontsize=7)
+    return plotstyle.save(fig, run_dir, "transport_ablation", valid)
 
 
 def flows_per_link(flows: list[dict[str, Any]]) -> dict[tuple[str, str, str], int]:
@@ -222,12 +336,17 @@ def flows_per_link(flows: list[dict[str, Any]]) -> dict[tuple[str, str, str], in
 
 
 def plot(run_dir: Path) -> list[Path]:
-    """Throughput per policy with spread, uplink load heatmap, FCT CDF."""
+    """Throughput per policy with spread and the per-run ideal; the transport ablation
+    (efficiency per congestion control); uplink load heatmap; FCT CDF."""
     plt, summary, runs = load_run(run_dir)
     valid = summary["valid"]
     flows = results.read_csv(run_dir / "flows.csv")
     uplinks = results.read_csv(run_dir / "uplinks.csv")
     written = []
+    main_cc = _main_cc(runs)
+    # the heatmap and the CDF show the main runs (the ablation has its own figure)
+    flows = [r for r in flows if r.get("cc", main_cc) == main_cc]
+    uplinks = [r for r in uplinks if r.get("cc", main_cc) == main_cc]
     topos = sorted({r["topology"] for r in runs}, reverse=True)  # rail-clos first
     patterns = [p for p in PATTERNS if any(r["pattern"] == p for r in runs)]
     fig, axes = plt.subplots(len(topos), len(patterns),
@@ -236,15 +355,20 @@ def plot(run_dir: Path) -> list[Path]:
     for row, topo in zip(axes, topos):
         for ax, pattern in zip(row, patterns):
             for i, policy in enumerate(POLICIES):
-                values = [float(r["norm_throughput"]) for r in runs
-                          if r["topology"] == topo and r["pattern"] == pattern
-                          and r["policy"] == policy]
-                if not values:
-                    continue
-                ax.boxplot(values, positions=[i], widths=0.5, showfliers=False)
-                ax.scatter([i] * len(values), values, s=12, zorder=3, label=policy,
-                           **plotstyle.series_style(policy, i))
-            if pattern == "stride":  # the balls-into-bins theory is for the permutation
+                mine = [r for r in runs if r["topology"] == topo and r["pattern"] == pattern
+                        and r["policy"] == policy and r["cc"] == main_cc]
+                values = [v for v in (as_float(r["norm_throughput"]) for r in mine)
+                          if v is not None]
+                ideals = [v for v in (as_float(r["ideal"]) for r in mine) if v is not None]
+                if values:
+                    ax.boxplot(values, positions=[i], widths=0.5, showfliers=False)
+                    ax.scatter([i] * len(values), values, s=12, zorder=3, label=policy,
+                               **plotstyle.series_style(policy, i))
+                if ideals:
+                    ax.scatter([i + 0.32] * len(ideals), ideals, marker="_", s=80,
+                               color="grey", zorder=2,
+                               label="ideal (perfect transport)" if i == 0 else None)
+            if pattern == "stride":  # the balls-into-bins theory is for the stride
                 ax.axhline(summary["balls_into_bins_expectation"], ls="--", color="grey",
                            lw=1, label="ECMP theory 1-(1-1/N)$^N$")
             ax.set_xticks(range(len(POLICIES)), POLICIES)
@@ -252,7 +376,12 @@ def plot(run_dir: Path) -> list[Path]:
             ax.set_title(f"{pattern} on {topo}")
         row[0].set_ylabel("throughput / line rate")
     axes[0][0].legend(loc="lower right", fontsize=6)
+    fig.suptitle(f"roce transport, {main_cc} congestion control", fontsize=8)
     written += plotstyle.save(fig, run_dir, "throughput", valid)
+
+    ccs = sorted({r["cc"] for r in runs})
+    if len(ccs) > 1:
+        written += _ablation_figure(plt, runs, ccs, run_dir, valid)
 
     links = sorted({r["link"] for r in uplinks})
     fig, axes = plt.subplots(1, len(POLICIES), figsize=(3.3 * len(POLICIES), 0.9 + 0.12 * len(links)),

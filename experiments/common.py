@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import networkx as nx
 
 from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation, fidelity
+from fabric.analysis.report import ideal_spans
+from fabric.emulation import Emulation, EmulationOptions, fidelity
 from fabric.emulation.traffic import TrafficResult, build_plan, idle_path_check, run_plan
 from fabric.traffic.model import Transfer, TransportSpec
 
@@ -32,7 +32,13 @@ class RunContext:
     seeds: int | None = None
     topo: str | None = None
     host_mbps: float | None = None
+    cc: str = "swift"        # the roce transport's congestion control
+    tcp_cc: str = "cubic"    # the emulated hosts' TCP congestion control
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def options(self, **kwargs: Any) -> EmulationOptions:
+        """Emulation options of a bring-up, with this run's TCP congestion control."""
+        return EmulationOptions(tcp_cc=self.tcp_cc, **kwargs)
 
     def seed_list(self, quick_default: int, full_default: int) -> list[int]:
         """Seeds to run: ``--seeds`` or the experiment's default for the mode."""
@@ -155,16 +161,6 @@ def flow_goodputs(result: TrafficResult) -> list[float]:
     return [r["bytes"] * 8 / r["fct_s"] / 1e6 for r in result.transfer_rows() if r["fct_s"]]
 
 
-def stride_transfers(graph: nx.Graph, ranks: list[str], nbytes: int, tag: str = "stride"
-                     ) -> list[Transfer]:
-    """Every rank sends to the rank one leaf further on (a permutation across spines)."""
-    leaf_of = {r: next(iter(graph.neighbors(r))) for r in ranks}
-    per_leaf = max(sum(1 for r in ranks if leaf_of[r] == leaf) for leaf in set(leaf_of.values()))
-    n = len(ranks)
-    return [Transfer(f"{tag}/{i}", src, ranks[(i + per_leaf) % n], nbytes, tag=tag)
-            for i, src in enumerate(ranks) if ranks[(i + per_leaf) % n] != src]
-
-
 def completion_check(result: TrafficResult) -> fidelity.Check:
     """Every transfer's last byte arrived and no agent failed, or the run is invalid."""
     rows = result.transfer_rows()
@@ -186,6 +182,23 @@ def run_checks(report: dict[str, Any]) -> dict[str, Any]:
     """The per-run values of the load-dependent fidelity checks, for a runs.csv row."""
     values = {c["name"]: c["value"] for c in report.get("checks", [])}
     return {name: values.get(name) for name in RUN_CHECKS}
+
+
+def ideal_rows(result: TrafficResult, graph: Any, link_mbps: Any, spray: bool = False
+               ) -> list[dict[str, Any]] | None:
+    """The run's transfer rows as a perfect transport would have made them on the same
+    paths (:func:`fabric.analysis.report.ideal_spans`); None when a path is unknown."""
+    spans = ideal_spans(result, graph, link_mbps, spray)
+    if spans is None:
+        return None
+    return [{**r, "send_start": spans[r["id"]].start, "recv_end": spans[r["id"]].end,
+             "fct_s": spans[r["id"]].seconds} for r in result.transfer_rows()]
+
+
+def against_ideal(measured: float | None, ideal: float | None) -> dict[str, float | None]:
+    """``ideal`` and ``efficiency`` (measured / ideal) fields of a runs.csv row."""
+    return {"ideal": None if ideal is None else round(ideal, 4),
+            "efficiency": round(measured / ideal, 4) if measured and ideal else None}
 
 
 def load_run(run_dir: Path) -> tuple[Any, dict[str, Any], list[dict[str, str]]]:

@@ -38,7 +38,7 @@ from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_ru
                                 run_checks, run_schedules)
 from fabric.analysis import plotstyle, results
 from fabric.analysis.report import metric_rows, summarize
-from fabric.emulation import Emulation, EmulationOptions
+from fabric.emulation import Emulation
 from fabric.emulation.traffic import set_rto_min
 from fabric.model import graph as fg
 from fabric.traffic import metrics
@@ -236,7 +236,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
           f"~{estimate:.0f} s", file=sys.stderr, flush=True)
     log, round_rows, rates = RunLog(), [], set()
     for buffer_pkts in grid.buffers:
-        options = EmulationOptions(host_mbps=host_rate(ctx.host_mbps),
+        options = ctx.options(host_mbps=host_rate(ctx.host_mbps),
                                    queue_pkts=buffer_pkts, busy_links=BUSY_LINKS)
         with Emulation(graph, options) as emu:
             host_mbps = emu.report.rate_plan.host_mbps
@@ -283,7 +283,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
             "parameters": {"topology": topo, "senders": grid.senders,
                            "buffers_pkts": grid.buffers, "rto_min_ms": grid.rtos,
                            "admission": [a or 0 for a in grid.admissions],
-                           "rounds": grid.rounds, "transport": "tcp",
+                           "rounds": grid.rounds, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
                            "host_mbps": host_mbps, "stripe_bytes": stripe,
                            "estimated_s": round(estimate, 1)},
             "notes": notes}

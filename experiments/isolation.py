@@ -34,7 +34,7 @@ import topologies
 from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
                                 run_schedules)
 from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation, EmulationOptions, capacity
+from fabric.emulation import Emulation, capacity
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
 from fabric.traffic import collectives, metrics, storage
@@ -230,7 +230,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
           f"~{estimate:.0f} s", file=sys.stderr, flush=True)
     log, rates = RunLog(), set()
     for lanes_name, lanes in LANES.items():
-        with Emulation(graph, EmulationOptions(host_mbps=ctx.host_mbps, lanes=lanes)) as emu:
+        with Emulation(graph, ctx.options(host_mbps=ctx.host_mbps, lanes=lanes)) as emu:
             host_mbps = emu.report.rate_plan.host_mbps
             rates.add(host_mbps)
             # interleaved phases: drift hits both alike
@@ -260,7 +260,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                            "notes": notes})
     return {"table": table, "fidelity": fid, "seeds": seeds,
             "parameters": {"topology": topo, "lanes": list(LANES), "ranks": RING_RANKS,
-                           "iterations": mode.iterations, "transport": "tcp",
+                           "iterations": mode.iterations, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
                            "ring_bytes": ring_bytes(host_mbps), "storage_bytes":
                            storage_bytes(host_mbps), "read_rounds": READ_ROUNDS,
                            "host_mbps": ctx.host_mbps or "auto",

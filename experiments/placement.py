@@ -42,10 +42,10 @@ from typing import Any
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_float, load_run,
-                                run_schedules)
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, against_ideal, as_float,
+                                ideal_rows, load_run, run_schedules)
 from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation, EmulationOptions, capacity, ovs
+from fabric.emulation import Emulation, capacity, ovs
 from fabric.model import graph as fg
 from fabric.model.spec import parse_spec
 from fabric.traffic import collectives
@@ -220,8 +220,12 @@ def run_row(graph: nx.Graph, spec: str, run: dict[str, Any], seed: int, host_mbp
 
 def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
     c = run.context
-    return run_row(c["graph"], c["spec"], c, run.seed, c["host_mbps"], result.transfer_rows(),
-                   report["valid"])
+    row = run_row(c["graph"], c["spec"], c, run.seed, c["host_mbps"], result.transfer_rows(),
+                  report["valid"])
+    best = ideal_rows(result, c["graph"], c["link_mbps"])
+    ideal = (run_row(c["graph"], c["spec"], c, run.seed, c["host_mbps"], best,
+                     True)["busbw_frac"] if best else None)
+    return {**row, **against_ideal(row["busbw_frac"], ideal)}
 
 
 def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -235,11 +239,15 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                            if kv[0][1] in PLACEMENTS else 99)):
         values = [float(r["busbw_frac"]) for r in group if r["busbw_frac"] not in (None, "")]
         shares = [float(r["spine_crossing_share"]) for r in group]
+        ideals = [float(r["ideal"]) for r in group if r.get("ideal") not in (None, "")]
+        effs = [float(r["efficiency"]) for r in group if r.get("efficiency") not in (None, "")]
         table.append({"oversubscription": int(over) if over.is_integer() else over,
                       "placement": placement, "seeds": len(group),
                       "busbw_frac": round(statistics.fmean(values), 4) if values else None,
                       "busbw_frac_min": min(values) if values else None,
                       "busbw_frac_max": max(values) if values else None,
+                      "ideal": round(statistics.fmean(ideals), 4) if ideals else None,
+                      "efficiency": round(statistics.fmean(effs), 4) if effs else None,
                       "spine_crossing_share": round(statistics.fmean(shares), 4),
                       "incomplete": len(group) - len(values)})
     return table
@@ -254,18 +262,19 @@ def run(ctx: RunContext) -> dict[str, Any]:
     graphs = {spec: topologies.build(spec) for _, spec in specs}
     n = leaf_size(graphs[specs[0][1]])
     target = TARGET_S[ctx.quick]
-    datapath = ovs.choose_datapath(EmulationOptions().datapath)
+    datapath = ovs.choose_datapath(ctx.options().datapath)
     host_mbps = ctx.host_mbps or common_host_mbps(list(graphs.values()), datapath)
     transport = TransportSpec("tcp")
     progress = Progress(len(specs) * len(seeds) * len(PLACEMENTS), NAME)
     log = RunLog()
     for over, spec in specs:
         graph = graphs[spec]
-        with Emulation(graph, EmulationOptions(host_mbps=host_mbps)) as emu:
+        with Emulation(graph, ctx.options(host_mbps=host_mbps)) as emu:
             used = emu.report.rate_plan.host_mbps
             runs = (Scheduled({"oversubscription": over, "placement": sched["placement"],
                                "seed": seed}, sched["transfers"], seed,
-                              {**sched, "graph": graph, "spec": spec, "host_mbps": used})
+                              {**sched, "graph": graph, "spec": spec, "host_mbps": used,
+                               "link_mbps": emu.report.rate_plan.link_mbps})
                     for seed in seeds for sched in schedules(graph, seed, used, target, n))
             run_schedules(emu, runs, transport, ctx.run_dir / "work" / f"over{over}", progress,
                           _row_of, log, deadline_s=max(30.0, DEADLINE_FACTOR * target))
@@ -290,7 +299,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     return {"table": table, "fidelity": fid, "seeds": seeds,
             "parameters": {"topologies": [s for _, s in specs], "ranks": n,
                            "collective": COLLECTIVE, "placements": PLACEMENTS,
-                           "transport": "tcp", "target_s": target,
+                           "transport": "tcp", "tcp_cc": ctx.tcp_cc, "target_s": target,
                            "host_mbps": ctx.host_mbps or "auto (min of both fabrics)",
                            "host_mbps_used": host_mbps},
             "notes": notes}

@@ -43,10 +43,10 @@ from typing import Any
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_float, load_run,
-                                run_schedules)
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, against_ideal, as_float,
+                                ideal_rows, load_run, run_schedules)
 from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation, EmulationOptions
+from fabric.emulation import Emulation
 from fabric.model import graph as fg
 from fabric.traffic import collectives, storage
 from fabric.traffic.model import ScheduleError, TransportSpec
@@ -264,8 +264,12 @@ def run_row(graph: nx.Graph, run: dict[str, Any], seed: int, host_mbps: float,
 
 def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
     c = run.context
-    return run_row(c["graph"], c, run.seed, c["host_mbps"], result.transfer_rows(),
-                   result.links.totals(), result.paths, report["valid"])
+    row = run_row(c["graph"], c, run.seed, c["host_mbps"], result.transfer_rows(),
+                  result.links.totals(), result.paths, report["valid"])
+    best = ideal_rows(result, c["graph"], c["link_mbps"])
+    ideal = (run_row(c["graph"], c, run.seed, c["host_mbps"], best, result.links.totals(),
+                     result.paths, True)["busbw_frac"] if best else None)
+    return {**row, **against_ideal(row["busbw_frac"], ideal)}
 
 
 def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -283,11 +287,15 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         values = [float(r["busbw_frac"]) for r in group if r["busbw_frac"] not in (None, "")]
         zbytes = [float(r["interzone_bytes"]) for r in group]
         bounds = [float(r["bound_frac"]) for r in group if r["bound_frac"] not in (None, "")]
+        ideals = [float(r["ideal"]) for r in group if r.get("ideal") not in (None, "")]
+        effs = [float(r["efficiency"]) for r in group if r.get("efficiency") not in (None, "")]
         table.append({"placement": placement, "seeds": len(group),
                       "busbw_frac": round(statistics.fmean(values), 4) if values else None,
                       "busbw_frac_min": min(values) if values else None,
                       "busbw_frac_max": max(values) if values else None,
                       "bound_frac": round(statistics.fmean(bounds), 4) if bounds else None,
+                      "ideal": round(statistics.fmean(ideals), 4) if ideals else None,
+                      "efficiency": round(statistics.fmean(effs), 4) if effs else None,
                       "interzone_mb": round(statistics.fmean(zbytes) / 1e6, 3),
                       "incomplete": len(group) - len(values)})
     return table
@@ -326,10 +334,11 @@ def run(ctx: RunContext) -> dict[str, Any]:
     transport = TransportSpec("tcp")
     progress = Progress(len(seeds) * len(PLACEMENTS), NAME)
     log = RunLog()
-    with Emulation(graph, EmulationOptions(host_mbps=ctx.host_mbps)) as emu:
+    with Emulation(graph, ctx.options(host_mbps=ctx.host_mbps)) as emu:
         host_mbps = emu.report.rate_plan.host_mbps
         runs = (Scheduled({"placement": sched["placement"], "seed": seed}, sched["transfers"],
-                          seed, {**sched, "graph": graph, "host_mbps": host_mbps})
+                          seed, {**sched, "graph": graph, "host_mbps": host_mbps,
+                                 "link_mbps": emu.report.rate_plan.link_mbps})
                 for seed in seeds for sched in schedules(graph, seed, host_mbps, target, n))
         run_schedules(emu, runs, transport, ctx.run_dir / "work", progress, _row_of, log,
                       deadline_s=max(30.0, DEADLINE_FACTOR * target))
@@ -345,7 +354,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                                        "in the client's zone"}})
     return {"table": table, "fidelity": fid, "seeds": seeds,
             "parameters": {"topology": spec, "ranks": n, "collective": COLLECTIVE,
-                           "placements": PLACEMENTS, "transport": "tcp",
+                           "placements": PLACEMENTS, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
                            "target_s": target, "storage_rounds": STORAGE_ROUNDS,
                            "host_mbps": ctx.host_mbps or "auto", "host_mbps_used": host_mbps},
             "notes": _notes(rows)}

@@ -13,6 +13,7 @@ import argparse
 import ipaddress
 import math
 import os
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -75,6 +76,13 @@ def positive_number(maximum: float | None = None) -> Callable[[str], float]:
 
 port = integer(1, MAX_PORT)
 port.__doc__ = "A TCP port, 1..65535 (0 would make the controller listen on a random port)."
+
+
+def name(text: str) -> str:
+    """A short lowercase identifier (letters, digits, ``_``), such as a kernel module's."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", text):
+        raise _fail("a name of lowercase letters, digits and _", text)
+    return text
 
 
 def ip_address(text: str) -> str:

@@ -18,6 +18,7 @@ from fabric.emulation import capacity, shaping
 from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
+from fabric.traffic.model import CONGESTION_CONTROLS
 from fabric.traffic.patterns import PATTERNS
 
 
@@ -72,7 +73,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     graph = _build_graph(args.spec)
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
-                               controller_port=args.port, lanes=_lanes(args))
+                               controller_port=args.port, lanes=_lanes(args),
+                               tcp_cc=args.tcp_cc)
     print(format_summary(summarize(graph)))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report))
@@ -135,9 +137,10 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     transfers, participants = make_transfers(graph, spec)
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
-                               controller_port=args.port, lanes=_lanes(args))
+                               controller_port=args.port, lanes=_lanes(args),
+                               tcp_cc=args.tcp_cc)
     transport = TransportSpec(args.transport, connections=args.connections,
-                              entropy=args.entropy)
+                              entropy=args.entropy, cc=args.cc)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report), file=sys.stderr)
@@ -183,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _build_graph(args.topo, "--topo")  # a bad spec fails here, before anything changes
     module = importlib.import_module(EXPERIMENTS[args.name])
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
-                     host_mbps=args.host_mbps)
+                     host_mbps=args.host_mbps, cc=args.cc, tcp_cc=args.tcp_cc)
     try:
         module.check(ctx)  # the experiment can run on this topology
     except ValueError as exc:
@@ -196,6 +199,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                            outcome["seeds"], outcome["fidelity"])
     figures = module.plot(run_dir)
     print(format_table(args.name, outcome))
+    parameters = outcome["parameters"]
+    if "tcp_cc" in parameters:
+        print(f"transport: TCP, {parameters['tcp_cc']} congestion control in every host")
+    if "cc" in parameters:
+        print(f"transport: roce, {parameters['cc']} congestion control")
     print(f"results: {run_dir}  (figures: {', '.join(p.name for p in figures if p.suffix == '.png')})")
     return 0 if outcome["fidelity"]["valid"] else 1
 
@@ -290,6 +298,9 @@ def _emulation_args(parser: argparse.ArgumentParser) -> None:
                         help=f"egress buffer of every link, in packets "
                              f"(default: {shaping.DEFAULT_QUEUE_PKTS})")
     parser.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    parser.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
+                        help="TCP congestion control of every emulated host, one this kernel "
+                             "has (default: cubic)")
     parser.add_argument("--port", type=argtypes.port, default=6653,
                         help="controller port on loopback (default: 6653)")
 
@@ -341,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="tcp: connections per peer")
     traffic.add_argument("--entropy", choices=("flow", "packet"), default="flow",
                          help="roce: one UDP source port per flow, or a new one per packet")
+    traffic.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift",
+                         help="roce: congestion control, delay-based swift or loss-based "
+                              "AIMD (default: swift)")
     traffic.add_argument("--deadline", type=argtypes.positive_number(), default=120.0,
                          help="seconds")
     traffic.add_argument("--format", choices=("json", "csv"), default="json")
@@ -359,6 +373,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="emulated host link rate (default: what the fabric sustains)")
     run.add_argument("--out", required=True, type=argtypes.new_dir,
                      help="new directory for data, manifest, figures")
+    run.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift",
+                     help="congestion control of the roce transport (default: swift)")
+    run.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
+                     help="TCP congestion control of every emulated host (default: cubic)")
     run.set_defaults(func=cmd_run)
 
     plot = sub.add_parser("plot", help="draw an experiment's figures from its directory")
@@ -380,6 +398,8 @@ def check_traffic_args(args: argparse.Namespace) -> None:
         raise UsageError("argument --entropy: applies to --transport roce only")
     if args.transport != "tcp" and args.connections != 1:
         raise UsageError("argument --connections: applies to --transport tcp only")
+    if args.transport != "roce" and args.cc != "swift":
+        raise UsageError("argument --cc: applies to --transport roce only (TCP: --tcp-cc)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     from fabric.traffic.model import ScheduleError
 
     expected: tuple[type[BaseException], ...] = (
-        UsageError, TopologyError, capacity.CapacityError, HostSetupError, EmulationError, PortBusyError,
-        LaneConfigError, ScheduleError, TrafficError, ResultsError)
+        UsageError, TopologyError, capacity.CapacityError, HostSetupError, EmulationError,
+        PortBusyError, LaneConfigError, ScheduleError, TrafficError, ResultsError)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
     # Python leaves SIGINT ignored when it started ignored (a background job of a script);

@@ -18,7 +18,7 @@ from fabric.analysis import results
 from fabric.cli import format_table
 from fabric.emulation import fidelity
 from fabric.model import graph as fg
-from fabric.traffic.model import validate_schedule
+from fabric.traffic.model import Plan, validate_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -250,9 +250,11 @@ class FakeEmulation:
     """Stands in for a running fabric: only the rate plan is read."""
 
     def __init__(self, graph, options):
+        from fabric.emulation import capacity
+
         self.graph = graph
-        self.report = SimpleNamespace(rate_plan=SimpleNamespace(
-            host_mbps=options.host_mbps or 5.0))
+        self.report = SimpleNamespace(rate_plan=capacity.plan_rates(
+            graph, options.host_mbps or 5.0, enforce_budget=False))
 
     def __enter__(self):
         return self
@@ -271,8 +273,10 @@ def _fake_traffic(fail_ids=()):
                          "send_start": 10.0, "recv_end": None if t.id in fail_ids else 11.25,
                          "fct_s": None if t.id in fail_ids else 1.25, "path": path})
         links = SimpleNamespace(totals=lambda: {("z0s0", "z1s0"): 1000})
+        hosts = {ep: [] for ep in fg.endpoints(graph)}
         return SimpleNamespace(transfer_rows=lambda: rows, links=links,
                                paths={r["id"]: r["path"] for r in rows}, errors=[],
+                               plan=Plan(list(transfers), hosts, transport, 10.0),
                                fidelity=[fidelity.Check("ovs_input_delay_ms", 0.1, 1.0, True)])
     return traffic_run
 
@@ -295,6 +299,9 @@ def test_run_writes_rows_summary_and_figures(tmp_path, monkeypatch, module):
     runs = results.read_csv(tmp_path / "runs.csv")
     assert runs and all(r["valid"] == "True" for r in runs)
     assert all(float(r["busbw_frac"]) == pytest.approx(0.8, rel=0.01) for r in runs)
+    # beside each: what a perfect transport reaches on the same paths, and the ratio
+    assert all(float(r["ideal"]) > 0 and float(r["efficiency"]) == pytest.approx(
+        float(r["busbw_frac"]) / float(r["ideal"]), rel=0.01) for r in runs)
     summary = results.read_json(tmp_path / "summary.json")
     assert summary["experiment"] == module.NAME and "anchors" in summary
     assert "question" in summary

@@ -49,12 +49,16 @@ def test_manifest_and_summary_carry_what_a_paper_needs(tmp_path):
 
 def _fake_collisions_run(run_dir: Path, valid: bool) -> None:
     rows, flows, links = [], [], []
-    for policy, value in (("ecmp", 0.6), ("spray", 0.9), ("adaptive", 0.85)):
+    for (policy, value), cc in ((p, c) for p in (("ecmp", 0.6), ("spray", 0.9),
+                                                  ("adaptive", 0.85)) for c in ("swift", "loss")):
         for seed in (0, 1):
             rows.append({"topology": "rail-clos", "policy": policy, "pattern": "stride",
-                         "seed": seed, "norm_throughput": value + seed / 100,
+                         "cc": cc, "seed": seed, "norm_throughput": value + seed / 100,
+                         "ideal": 0.95, "efficiency": (value + seed / 100) / 0.95,
+                         "span_efficiency": 0.98,
                          "collisions": 3 if policy == "ecmp" else None,
-                         "max_flows_per_link": 2 if policy == "ecmp" else None})
+                         "max_flows_per_link": 2 if policy == "ecmp" else None,
+                         "drop_frac": 0.001, "rto": 0})
             flows += [{"topology": "rail-clos", "policy": policy, "pattern": "stride",
                        "seed": seed, "id": f"stride/{i}", "bytes": 1000, "fct_s": 1.0 + i / 10,
                        "path": f"h{i}g0/r0l0/sp{i % 4}/r0l1/h{i + 4}g0"} for i in range(5)]
@@ -79,11 +83,16 @@ def test_collisions_figures_are_drawn_from_the_csvs_without_root(tmp_path):
 
 
 def test_collisions_table_aggregates_seeds():
-    rows = [{"topology": "t", "policy": "ecmp", "pattern": "stride", "seed": s,
-             "norm_throughput": v, "collisions": c, "max_flows_per_link": m}
-            for s, v, c, m in ((0, 0.5, 2, 2), (1, 0.7, 4, 3))]
+    rows = [{"topology": "t", "policy": "ecmp", "pattern": "stride", "cc": "swift", "seed": s,
+             "norm_throughput": v, "ideal": i, "efficiency": v / i, "span_efficiency": 1.0,
+             "collisions": c,
+             "max_flows_per_link": m, "drop_frac": d, "rto": r}
+            for s, v, i, c, m, d, r in ((0, 0.5, 0.6, 2, 2, 0.0, 0), (1, 0.7, 0.8, 4, 3, 0.002, 1))]
     (row,) = collisions._table(rows, {"t": 4})
     assert row["seeds"] == 2 and row["norm_throughput"] == pytest.approx(0.6)
+    assert row["ideal"] == pytest.approx(0.7)
+    assert row["efficiency"] == pytest.approx((0.5 / 0.6 + 0.7 / 0.8) / 2, abs=1e-4)
+    assert row["drop_frac"] == pytest.approx(0.001) and row["rto"] == 1 and row["cc"] == "swift"
     assert row["norm_throughput_min"] == 0.5 and row["max_flows_per_link"] == 3
     assert row["collisions"] == 3.0
     # theory next to the measurement: balls into bins for N=4 paths, and the anchor

@@ -1,0 +1,126 @@
+"""Each congestion control of the roce transport on one shared bottleneck (root).
+
+Four senders under one leaf send to four receivers under the other leaf of a
+leaf-spine fabric whose only leaf-spine link runs at the host rate
+(``leaves=2,spines=1,hosts_per_leaf=4,oversub=4``): every flow crosses that
+one link. Per congestion control it prints the aggregate goodput over the
+ideal (the link rate less the data's headers), Jain's fairness index, the
+bottleneck queue sampled every 20 ms from its HTB leaf (mean, p99 and
+maximum, in packets), the packets lost and the retransmission timeouts.
+Then the same for TCP with each congestion control the kernel offers.
+
+Usage::
+
+    sudo .venv/bin/python benchmarks/cc.py [--mbps 3] [--seconds 6] [--queue-pkts 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import topologies
+from fabric.emulation import Emulation, EmulationOptions
+from fabric.emulation.network import tcp_congestion_controls
+from fabric.emulation.traffic import build_plan, run_plan
+from fabric.model import graph as fg
+from fabric.traffic import ideal
+from fabric.traffic.metrics import jain_fairness, percentile
+from fabric.traffic.model import CONGESTION_CONTROLS, Transfer, TransportSpec
+
+SPEC = "leaf-spine,leaves=2,spines=1,hosts_per_leaf=4,oversub=4"
+
+
+class QueueSampler:
+    """Backlog (packets) of a device's qdiscs, sampled in a thread."""
+
+    def __init__(self, dev: str, interval_s: float = 0.02) -> None:
+        self.dev, self.interval_s = dev, interval_s
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            out = subprocess.run(["tc", "-s", "qdisc", "show", "dev", self.dev],
+                                 capture_output=True, text=True).stdout
+            # the leaves hold the packets: sum pfifo_head_drop backlogs
+            self.samples.append(sum(int(n) for n in re.findall(
+                r"pfifo_head_drop.*?backlog \S+ (\d+)p", out, re.S)))
+
+    def __enter__(self) -> "QueueSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_one(emu: Emulation, transport: TransportSpec, nbytes: int, workdir: Path,
+            bottleneck: str) -> dict:
+    graph = emu.graph
+    senders = [h for h in fg.endpoints(graph) if h.startswith("l0")]
+    receivers = [h for h in fg.endpoints(graph) if h.startswith("l1")]
+    transfers = [Transfer(f"f{i}", s, r, nbytes) for i, (s, r) in
+                 enumerate(zip(senders, receivers))]
+    with QueueSampler(bottleneck) as queue:
+        result = run_plan(emu, build_plan(emu, transfers, transport), workdir)
+    rows = result.transfer_rows()
+    rates = [r["bytes"] * 8 / r["fct_s"] / 1e6 for r in rows if r["fct_s"]]
+    start = min(r["send_start"] for r in rows)
+    end = max(r["recv_end"] or start for r in rows)
+    sent = sum(r.get("send_packets_sent") or 0 for r in rows)
+    received = sum(r.get("recv_packets_received") or 0 for r in rows)
+    netstat = [a.get("netstat", {}) for a in result.agents.values()]
+    return {"goodput": sum(r["bytes"] for r in rows) * 8 / (end - start) / 1e6,
+            "jain": jain_fairness(rates) if len(rates) == len(rows) else float("nan"),
+            "queue": queue.samples,
+            "lost": (sent - received) if transport.kind == "roce"
+            else sum(int(n.get("RetransSegs", 0)) for n in netstat),
+            "rto": sum(r.get("send_rto_count") or 0 for r in rows) if transport.kind == "roce"
+            else sum(int(n.get("TCPTimeouts", 0)) for n in netstat)}
+
+
+def report(label: str, out: dict, link_mbps: float, overhead: ideal.Overhead) -> None:
+    best = link_mbps / overhead.data  # the ACKs go the other way
+    q = out["queue"] or [0]
+    print(f"  {label:18s} goodput {out['goodput']:5.2f} Mbit/s = {out['goodput'] / best:6.1%} "
+          f"of ideal {best:.2f}; Jain {out['jain']:.3f}; queue mean "
+          f"{statistics.fmean(q):5.1f} p99 {percentile(q, 99):5.1f} max {max(q):3d} pkts; "
+          f"lost {out['lost']}, RTOs {out['rto']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mbps", type=float, default=3.0, help="host (and bottleneck) rate")
+    parser.add_argument("--seconds", type=float, default=6.0,
+                        help="each flow's bytes in seconds of its fair share")
+    parser.add_argument("--queue-pkts", type=int, default=64)
+    args = parser.parse_args()
+    graph = topologies.build(SPEC)
+    bottleneck = fg.intf_name("l0", fg.port(graph, "l0", "s0"))
+    workdir = Path(tempfile.mkdtemp(prefix="fabric-cc-"))
+    nbytes = int(args.mbps * 1e6 / 8 * args.seconds / 4)
+    print(f"{SPEC}: 4 flows through {bottleneck} at {args.mbps:g} Mbit/s, "
+          f"{args.queue_pkts}-packet buffers")
+    options = EmulationOptions(host_mbps=args.mbps, queue_pkts=args.queue_pkts, busy_links=4)
+    with Emulation(graph, options) as emu:
+        link = emu.report.rate_plan.link_mbps[frozenset(("l0", "s0"))]
+        for cc in CONGESTION_CONTROLS:
+            out = run_one(emu, TransportSpec("roce", cc=cc), nbytes, workdir / cc, bottleneck)
+            report(f"roce {cc}", out, link, ideal.transport_overhead("roce"))
+    for cc in tcp_congestion_controls():
+        with Emulation(graph, EmulationOptions(host_mbps=args.mbps, queue_pkts=args.queue_pkts,
+                                               busy_links=4, tcp_cc=cc)) as emu:
+            out = run_one(emu, TransportSpec("tcp"), nbytes, workdir / f"tcp-{cc}", bottleneck)
+            report(f"tcp {cc}", out, link, ideal.transport_overhead("tcp"))
+
+
+if __name__ == "__main__":
+    main()
