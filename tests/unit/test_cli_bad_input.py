@@ -64,6 +64,8 @@ CASES = [
     (["up", "nosuch"], "nosuch"),
     (["up", "rail-clos,gpus=0"], "gpus"),
     (["up", "--cli=yes"], "--cli"),
+    (["up", "--tcp-cc", "nosuch"], "nosuch"),
+    (["up", "--tcp-cc", "Bad!"], "--tcp-cc"),
     # traffic
     (["traffic", "--size", "0"], "--size"),
     (["traffic", "--size", "-1"], "--size"),
@@ -92,6 +94,9 @@ CASES = [
     (["traffic", "--entropy", "packet"], "--entropy"),
     (["traffic", "--transport", "roce", "--connections", "2"], "--connections"),
     (["traffic", "--format", "xml"], "--format"),
+    (["traffic", "--cc", "nosuch"], "--cc"),
+    (["traffic", "--cc", "loss"], "--cc"),
+    (["run", "collisions", "--cc", "nosuch", "--out", "{d}/out"], "--cc"),
     (["traffic", "--placement", "nosuch"], "--placement"),
     (["traffic", "--keep", "{d}/full"], "--keep"),
     (["traffic", "--port", "70000"], "--port"),
