@@ -1,4 +1,4 @@
-"""TCP loss counters from ``/proc/net/netstat`` and ``/proc/net/snmp``.
+"""TCP loss and UDP buffer counters from ``/proc/net/netstat`` and ``/proc/net/snmp``.
 
 ``/proc/net`` belongs to the reading process's network namespace, so inside a
 Mininet host these are that host's own counters; on the root namespace (the
@@ -16,6 +16,10 @@ COUNTERS = (
     ("netstat", "TcpExt", "TCPSackRecovery"),
     ("netstat", "TcpExt", "TCPLostRetransmit"),
     ("snmp", "Tcp", "RetransSegs"),
+    # datagrams the kernel dropped because an agent's socket buffer was full: loss on
+    # the host, not in the fabric
+    ("snmp", "Udp", "RcvbufErrors"),
+    ("snmp", "Udp", "SndbufErrors"),
 )
 
 

@@ -79,6 +79,9 @@ class PacketTimes:
     max_rto: float = 250.0
     min_reorder: float = 12.0  # floor of the loss detector's reordering allowance
     burst: float = 2.0        # pacer bucket depth (at least 2 packets)
+    # after the sender's CLOSE, a receiver still counts what was in flight, so that
+    # sent minus received is exactly what the fabric lost
+    close_linger: float = 64.0
 
 
 @dataclass(frozen=True)
@@ -421,7 +424,7 @@ class RoceEngine(Engine):
             elif opcode == bth.ACKNOWLEDGE:
                 try:
                     if bth.parse_ack(self._rxview[:n]).kind == bth.CLOSE_KIND:
-                        qp.closed = True
+                        qp.closed, qp.closed_at = True, time.monotonic()
                 except ValueError:
                     self.bad_packets += 1
             else:
@@ -502,13 +505,18 @@ class RoceEngine(Engine):
 
         A finished receiver keeps acknowledging retransmissions (its last
         ACK may have been lost) until the sender's CLOSE arrives or
-        ``linger_s`` passed without a packet.
+        ``linger_s`` passed without a packet, and after the CLOSE goes on
+        counting the packets still in flight for ``close_linger`` packet times.
         """
         until = None
         for record, qp in self.receivers.values():
-            if qp.complete and not qp.closed:
+            if not qp.complete:
+                continue
+            if not qp.closed:
                 t = qp.last_rx + self.config.linger_s
-                until = t if until is None else max(until, t)
+            else:  # packets the sender sent before it saw the last ACK are still coming
+                t = qp.closed_at + self.config.timers.close_linger * self.packet_time
+            until = t if until is None else max(until, t)
         return until
 
     # -- results -----------------------------------------------------------------------

@@ -59,6 +59,7 @@ class RecvQP:
         self.bad_packets = 0
         self.acks_sent = 0
         self.closed = False     # the sender said it saw everything acknowledged
+        self.closed_at = 0.0
         self.last_rx = 0.0
 
     def counters(self) -> dict[str, int]:
