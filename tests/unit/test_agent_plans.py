@@ -29,6 +29,8 @@ SNMP = """Ip: Forwarding DefaultTTL
 Ip: 1 64
 Tcp: RtoAlgorithm RtoMin RetransSegs
 Tcp: 1 200 17
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
+Udp: 100 0 3 90 3 0
 """
 
 
@@ -55,7 +57,8 @@ def test_netstat_counters_and_delta(tmp_path: Path):
     (tmp_path / "snmp").write_text(SNMP)
     before = netstat.read_counters(tmp_path)
     assert before == {"TCPTimeouts": 4, "TCPLossProbes": 9, "TCPSackRecovery": 2,
-                      "TCPLostRetransmit": 1, "RetransSegs": 17}
+                      "TCPLostRetransmit": 1, "RetransSegs": 17, "RcvbufErrors": 3,
+                      "SndbufErrors": 0}
     after = dict(before, RetransSegs=20, TCPTimeouts=5)
     assert netstat.delta(before, after)["RetransSegs"] == 3
     assert netstat.delta(before, after)["TCPTimeouts"] == 1
