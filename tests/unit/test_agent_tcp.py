@@ -96,7 +96,8 @@ def test_tcp_single_transfer_exact_bytes(tmp_path: Path):
     assert sent["retransmits"] >= 0 and sent["rtt_us"] is not None
     for result in (runs["a"].result, runs["b"].result):
         assert set(result["netstat"]) == {"TCPTimeouts", "TCPLossProbes", "TCPSackRecovery",
-                                          "TCPLostRetransmit", "RetransSegs"}
+                                          "TCPLostRetransmit", "RetransSegs", "RcvbufErrors",
+                                          "SndbufErrors"}
         assert result["errors"] == [] and result["finished_at"] >= result["started_at"]
 
 
