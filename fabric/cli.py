@@ -259,7 +259,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 def cmd_clean(_args: argparse.Namespace) -> int:
     """Undo the leftovers of runs that were killed."""
-    from fabric.emulation import runstate, system
+    from fabric.emulation import ovs, runstate, system
 
     if not _is_root():
         raise system.HostSetupError("fabric clean needs root: run with sudo")
@@ -270,7 +270,13 @@ def cmd_clean(_args: argparse.Namespace) -> int:
             continue
         for line in runstate.undo(state) or ["nothing left"]:
             print(f"{state.run_id}: {line}")
-    if not states:
+    if ovs.OVS_SCRIPTS.exists():
+        ovs.ensure_db()  # bridges of a run whose state is gone live only in the database
+    orphans = runstate.orphan_bridges()
+    ovs.delete_bridges(orphans)
+    if orphans:
+        print(f"deleted {len(orphans)} bridges of runs that left no state: {', '.join(orphans)}")
+    if not states and not orphans:
         print("no leftovers")
     return 0
 

@@ -23,10 +23,20 @@ IPERF_START_TIMEOUT_S = 10.0
 
 @functools.cache
 def switch_class() -> type:
-    """OVSSwitch whose ``dpctl`` speaks OpenFlow 1.5."""
+    """OVSSwitch whose ``dpctl`` speaks OpenFlow 1.5 and whose bridge names its run.
+
+    The switch parameter ``fabric_run`` goes into the bridge's external_ids,
+    so ``fabric clean`` finds the bridge even when the run's state is gone.
+    """
     from mininet.node import OVSSwitch
 
+    from fabric.emulation.ovs import RUN_TAG
+
     class FabricSwitch(OVSSwitch):
+        def bridgeOpts(self) -> str:
+            run = self.params.get("fabric_run")
+            return super().bridgeOpts() + (f" external_ids:{RUN_TAG}={run}" if run else "")
+
         def dpctl(self, *args: str) -> str:
             return self.cmd("ovs-ofctl", "-O", "OpenFlow15", args[0], self, *args[1:])
 

@@ -234,6 +234,7 @@ class Emulation:
                 raise EmulationError(f"another fabric run (pid {other.owner_pid}) is active; "
                                      f"wait for it or stop it and run `fabric clean`")
             runstate.undo(other)  # a dead run's leftovers would collide with ours
+        ovs.delete_bridges(runstate.orphan_bridges())
         system.check_port_free("127.0.0.1", self.options.controller_port)
         clashes = [sw for sw in fg.switches(self.graph) if Path(f"/sys/class/net/{sw}").exists()]
         if clashes:
@@ -304,7 +305,8 @@ class Emulation:
         datapath = "user" if self.report.datapath == "user" else "kernel"
         for sw in fg.switches(self.graph):
             switch = net.addSwitch(sw, dpid=self.graph.nodes[sw]["dpid"], datapath=datapath,
-                                   protocols=OPENFLOW_PROTOCOLS, failMode="secure")
+                                   protocols=OPENFLOW_PROTOCOLS, failMode="secure",
+                                   fabric_run=self.state.run_id)
             self.state.add_process(switch.pid, expect=f"mininet:{sw}")
         for ep in fg.endpoints(self.graph):
             host = net.addHost(ep, ip=None)

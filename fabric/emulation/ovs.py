@@ -10,6 +10,7 @@ and restart it again only when someone else started it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ OVS_RUNDIR = Path("/var/run/openvswitch")
 STATE_DIR = Path("/run/fabric")
 VSWITCHD_MARKER = STATE_DIR / "ovs-vswitchd.pid"
 WMEM_DEFAULT_BYTES = 4 * 1024 * 1024
+RUN_TAG = "fabric-run"  # external_ids key naming the run that made a bridge
 
 
 def kernel_datapath_available() -> bool:
@@ -70,6 +72,43 @@ def bridges() -> list[str]:
     """Return the names of all OVS bridges."""
     out = system.run(["ovs-vsctl", "--timeout=5", "list-br"]).stdout
     return [line for line in out.splitlines() if line]
+
+
+def ensure_db() -> None:
+    """Start ovsdb-server if it is not running (bridges persist in its database)."""
+    if _daemon_pid("ovsdb-server") is None:
+        _ovs_ctl("--system-id=random", "--no-ovs-vswitchd", "start")
+
+
+def tagged_bridges() -> dict[str, str]:
+    """Return ``{bridge: run id}`` for bridges tagged by a fabric run; empty without ovsdb."""
+    if _daemon_pid("ovsdb-server") is None:
+        return {}
+    out = system.run(["ovs-vsctl", "--timeout=5", "--format=json",
+                      "--columns=name,external_ids", "list", "Bridge"]).stdout
+    found = {}
+    for name, (_kind, pairs) in json.loads(out)["data"]:
+        tags = dict(pairs)
+        if RUN_TAG in tags:
+            found[name] = tags[RUN_TAG]
+    return found
+
+
+def delete_bridges(names: list[str]) -> None:
+    """Delete ``names`` from ovsdb, and the devices ovs-vswitchd would have removed."""
+    if not names:
+        return
+    args = ["ovs-vsctl", "--timeout=20"]
+    if vswitchd_pid() is None:
+        args.append("--no-wait")  # nobody to wait for: the database change is what matters
+    for br in names:
+        args += ["--", "--if-exists", "del-br", br]
+    system.run(args, check=False, timeout=60)
+    # A userspace bridge's own port is a persistent tap device; it outlives ovs-vswitchd.
+    taps = [br for br in names if Path(f"/sys/class/net/{br}/tun_flags").exists()]
+    if taps:
+        system.run(["ip", "-force", "-batch", "-"], check=False,
+                   input_text="".join(f"link del dev {tap}\n" for tap in taps))
 
 
 def ensure_running(datapath: str) -> list[str]:

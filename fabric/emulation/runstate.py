@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fabric.emulation import system
+from fabric.emulation import ovs, system
 from fabric.emulation.ovs import STATE_DIR
 
 RUNS_DIR = STATE_DIR / "runs"
@@ -127,10 +127,7 @@ def undo(state: RunState) -> list[str]:
     existing = [br for br in state.bridges if Path(f"/sys/class/net/{br}").exists()
                 or _ovs_has_bridge(br)]
     if existing:
-        args = ["ovs-vsctl", "--timeout=20"]
-        for br in existing:
-            args += ["--", "--if-exists", "del-br", br]
-        system.run(args, check=False, timeout=60)
+        ovs.delete_bridges(existing)
         done.append(f"deleted {len(existing)} bridges")
     intfs = [i for i in state.root_intfs if Path(f"/sys/class/net/{i}").exists()]
     if intfs:
@@ -147,6 +144,16 @@ def undo(state: RunState) -> list[str]:
     shutil.rmtree(state.workdir, ignore_errors=True)
     state.path.unlink(missing_ok=True)
     return done
+
+
+def orphan_bridges() -> list[str]:
+    """Bridges tagged by a fabric run that no state file names any more.
+
+    A run's bridges outlive its state when ``/run`` is wiped (a reboot: ovsdb
+    keeps its bridges on disk) or when ovsdb was down while the run was undone.
+    """
+    live = {state.run_id for state in load_all()}
+    return sorted(br for br, run in ovs.tagged_bridges().items() if run not in live)
 
 
 def leftovers(state: RunState) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import topologies
-from fabric.emulation import Emulation, EmulationOptions, runstate
+from fabric.emulation import Emulation, EmulationOptions, ovs, runstate
 from fabric.emulation.reachability import check_all_pairs
 from fabric.model import graph as fg
 from tests.integration.helpers import port_tx_packets
@@ -110,6 +110,7 @@ def test_killed_run_is_cleaned_by_fabric_clean() -> None:
         assert proc.stdout.readline().strip() == b"up"
         states = runstate.load_all()
         assert len(states) == 1
+        assert ovs.tagged_bridges() == {br: states[0].run_id for br in states[0].bridges}
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -120,6 +121,29 @@ def test_killed_run_is_cleaned_by_fabric_clean() -> None:
     assert clean.returncode == 0, clean.stderr
     assert "deleted" in clean.stdout
     assert runstate.leftovers(states[0]) == []
+
+
+def test_bridges_of_a_run_that_left_no_state_are_cleaned_and_foreign_ones_kept() -> None:
+    # what a reboot leaves: ovsdb keeps a run's bridges on disk, /run/fabric is gone
+    lost, foreign = "fabtest-lost", "fabtest-own"
+    wait = [] if ovs.vswitchd_pid() else ["--no-wait"]
+    subprocess.run(["ovs-vsctl", *wait,
+                    "--", "add-br", lost, "--", "set", "bridge", lost, "datapath_type=netdev",
+                    f"external_ids:{ovs.RUN_TAG}=19700101-000000-1",
+                    "--", "add-br", foreign, "--", "set", "bridge", foreign,
+                    "datapath_type=netdev"], check=True, timeout=30)
+    if not Path(f"/sys/class/net/{lost}").exists():  # no ovs-vswitchd: leave its tap ourselves
+        subprocess.run(["ip", "tuntap", "add", "dev", lost, "mode", "tap"], check=True)
+    try:
+        clean = subprocess.run([*FABRIC, "clean"], cwd=ROOT, capture_output=True, text=True)
+        assert clean.returncode == 0, clean.stderr
+        assert f"deleted 1 bridges of runs that left no state: {lost}" in clean.stdout
+        assert lost not in ovs.bridges() and foreign in ovs.bridges()
+        assert not Path(f"/sys/class/net/{lost}").exists()
+    finally:
+        subprocess.run(["ovs-vsctl", *wait, "--", "--if-exists", "del-br", lost,
+                        "--", "--if-exists", "del-br", foreign], timeout=30)
+        subprocess.run(["ip", "link", "del", lost], capture_output=True)
 
 
 def test_bad_spec_fails_cleanly_before_any_change() -> None:
