@@ -36,6 +36,8 @@ QUESTION = "How much line rate does per-flow ECMP lose to collisions, vs sprayin
 POLICIES = ("ecmp", "spray", "adaptive")
 PATTERNS = ("stride", "permutation", "ring-allreduce", "all-to-all")
 ABLATION_PATTERNS = ("stride", "permutation")
+ABLATION_METRICS = (("efficiency", "mean rate / ideal"),
+                    ("span_efficiency", "ideal / measured\ntime of the last byte"))
 FLOW_S = 1.5  # one-flow patterns: each flow's bytes, in seconds of its link at line rate
 # Many entropy values even out the hash: 64 split one flow 17-31 % over 4 paths.
 ENTROPY_PORTS = 256
@@ -292,34 +294,37 @@ def _main_cc(runs: list[dict[str, Any]]) -> str:
 
 
 def _ablation_figure(plt: Any, runs: list[dict[str, Any]], ccs: list[str], run_dir: Path,
-                     valid: bool) -> list[Path]:
-    """Efficiency (measured / ideal) per policy and congestion control: how much of
-    each figure is the transport."""
+                     mark: str) -> list[Path]:
+    """Efficiency per policy and congestion control, by mean rate and by the time of the
+    last byte: how much of each figure is the transport."""
     topo = sorted({r["topology"] for r in runs}, reverse=True)[0]
     patterns = [p for p in ABLATION_PATTERNS
                 if all(any(r["pattern"] == p and r["cc"] == cc and r["topology"] == topo
                            for r in runs) for cc in ccs)]
-    fig, axes = plt.subplots(1, len(patterns), figsize=(3.2 * len(patterns), 2.5),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots(len(ABLATION_METRICS), len(patterns),
+                             figsize=(3.2 * len(patterns), 4.6), squeeze=False, sharey=True)
     width = 0.8 / len(ccs)
-    for ax, pattern in zip(axes[0], patterns):
-        for j, cc in enumerate(ccs):
-            for i, policy in enumerate(POLICIES):
-                values = [v for v in (as_float(r["efficiency"]) for r in runs
-                                      if r["topology"] == topo and r["pattern"] == pattern
-                                      and r["policy"] == policy and r["cc"] == cc)
-                          if v is not None]
-                if values:
-                    plotstyle.spread_bar(ax, i + (j - (len(ccs) - 1) / 2) * width, values,
-                                         plotstyle.colour("", j + 4), width=width * 0.9,
-                                         label=cc if i == 0 else None)
-        ax.axhline(1.0, ls="--", color="grey", lw=1)
-        ax.set_xticks(range(len(POLICIES)), POLICIES)
-        ax.set_ylim(0, 1.1)
-        ax.set_title(f"{pattern} on {topo}")
-    axes[0][0].set_ylabel("measured / ideal")
-    axes[0][0].legend(title="congestion control", loc="lower right", fontsize=7)
-    return plotstyle.save(fig, run_dir, "transport_ablation", valid)
+    top = 1.1
+    for row, (metric, label) in zip(axes, ABLATION_METRICS):
+        for ax, pattern in zip(row, patterns):
+            for j, cc in enumerate(ccs):
+                for i, policy in enumerate(POLICIES):
+                    values = [v for v in (as_float(r[metric]) for r in runs
+                                          if r["topology"] == topo and r["pattern"] == pattern
+                                          and r["policy"] == policy and r["cc"] == cc)
+                              if v is not None]
+                    if values:
+                        top = max(top, 1.05 * max(values))
+                        plotstyle.spread_bar(ax, i + (j - (len(ccs) - 1) / 2) * width, values,
+                                             plotstyle.colour("", j + 4), width=width * 0.9,
+                                             label=cc if i == 0 else None)
+            ax.axhline(1.0, ls="--", color="grey", lw=1)
+            ax.set_xticks(range(len(POLICIES)), POLICIES)
+            ax.set_title(f"{pattern} on {topo}")
+        row[0].set_ylabel(label)
+    axes[0][0].set_ylim(0, top)
+    axes[-1][0].legend(title="congestion control", loc="lower right", fontsize=7)
+    return plotstyle.save(fig, run_dir, "transport_ablation", mark)
 
 
 def flows_per_link(flows: list[dict[str, Any]]) -> dict[tuple[str, str, str], int]:
@@ -339,7 +344,7 @@ def plot(run_dir: Path) -> list[Path]:
     """Throughput per policy with spread and the per-run ideal; the transport ablation
     (efficiency per congestion control); uplink load heatmap; FCT CDF."""
     plt, summary, runs = load_run(run_dir)
-    valid = summary["valid"]
+    mark = plotstyle.validity_mark(summary, runs)
     flows = results.read_csv(run_dir / "flows.csv")
     uplinks = results.read_csv(run_dir / "uplinks.csv")
     written = []
@@ -364,10 +369,8 @@ def plot(run_dir: Path) -> list[Path]:
                     ax.boxplot(values, positions=[i], widths=0.5, showfliers=False)
                     ax.scatter([i] * len(values), values, s=12, zorder=3, label=policy,
                                **plotstyle.series_style(policy, i))
-                if ideals:
-                    ax.scatter([i + 0.32] * len(ideals), ideals, marker="_", s=80,
-                               color="grey", zorder=2,
-                               label="ideal (perfect transport)" if i == 0 else None)
+                plotstyle.ideal_ticks(ax, i + 0.32, ideals,
+                                      plotstyle.IDEAL_LABEL if i == 0 else None)
             if pattern == "stride":  # the balls-into-bins theory is for the stride
                 ax.axhline(summary["balls_into_bins_expectation"], ls="--", color="grey",
                            lw=1, label="ECMP theory 1-(1-1/N)$^N$")
@@ -375,13 +378,13 @@ def plot(run_dir: Path) -> list[Path]:
             ax.set_ylim(0, 1.05)
             ax.set_title(f"{pattern} on {topo}")
         row[0].set_ylabel("throughput / line rate")
-    axes[0][0].legend(loc="lower right", fontsize=6)
-    fig.suptitle(f"roce transport, {main_cc} congestion control", fontsize=8)
-    written += plotstyle.save(fig, run_dir, "throughput", valid)
+    axes[0][0].legend(loc="lower right", fontsize=6, title=f"roce, {main_cc} cc",
+                      title_fontsize=6)
+    written += plotstyle.save(fig, run_dir, "throughput", mark)
 
     ccs = sorted({r["cc"] for r in runs})
     if len(ccs) > 1:
-        written += _ablation_figure(plt, runs, ccs, run_dir, valid)
+        written += _ablation_figure(plt, runs, ccs, run_dir, mark)
 
     links = sorted({r["link"] for r in uplinks})
     fig, axes = plt.subplots(1, len(POLICIES), figsize=(3.3 * len(POLICIES), 0.9 + 0.12 * len(links)),
@@ -409,7 +412,7 @@ def plot(run_dir: Path) -> list[Path]:
         ax.set_xlabel("run (pattern, seed)")
         ax.set_yticks(range(len(links)), links, fontsize=6)
     fig.colorbar(image, ax=axes[0].tolist(), label="share of the leaf's uplink bytes")
-    written += plotstyle.save(fig, run_dir, "uplink_load", valid)
+    written += plotstyle.save(fig, run_dir, "uplink_load", mark)
 
     fig, ax = plt.subplots(figsize=(3.4, 2.6))
     for policy in POLICIES:
@@ -420,5 +423,5 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_xlabel("flow completion time (s)")
     ax.set_ylabel("CDF")
     ax.legend()
-    written += plotstyle.save(fig, run_dir, "fct_cdf", valid)
+    written += plotstyle.save(fig, run_dir, "fct_cdf", mark)
     return written

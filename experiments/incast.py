@@ -396,14 +396,14 @@ def _sweep_figure(plt: Any, runs: list[dict], field: str, ylabel: str,
 def plot(run_dir: Path) -> list[Path]:
     """Goodput collapse curve, p99 round time and TCP timeouts vs senders."""
     plt, summary, runs = load_run(run_dir)
-    valid = summary["valid"]
+    mark = plotstyle.validity_mark(summary)
     written = []
     fig, axes = _sweep_figure(plt, runs, "goodput_frac", "goodput / line rate")
     for ax in axes[0]:
         ax.set_ylim(0, 1.05)
-    written += plotstyle.save(fig, run_dir, "goodput", valid)
+    written += plotstyle.save(fig, run_dir, "goodput", mark)
     fig, _ = _sweep_figure(plt, runs, "round_p99_ms", "p99 round time (ms)", log=True)
-    written += plotstyle.save(fig, run_dir, "round_p99", valid)
+    written += plotstyle.save(fig, run_dir, "round_p99", mark)
     fig, _ = _sweep_figure(plt, runs, "timeouts", "TCP timeouts per run", log=True)
-    written += plotstyle.save(fig, run_dir, "timeouts", valid)
+    written += plotstyle.save(fig, run_dir, "timeouts", mark)
     return written

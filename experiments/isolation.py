@@ -333,7 +333,7 @@ def _bars(ax: Any, names: Sequence[str], values: list[list[float]]) -> None:
 def plot(run_dir: Path) -> list[Path]:
     """Slowdown and storage goodput per lanes setting; ring iteration times."""
     plt, summary, runs = load_run(run_dir)
-    valid = summary["valid"]
+    mark = plotstyle.validity_mark(summary)
     names = [l for l in LANES if any(r["lanes"] == l for r in runs)]
     written = []
     fig, (left, right) = plt.subplots(1, 2, figsize=(6.4, 2.6))
@@ -347,7 +347,7 @@ def plot(run_dir: Path) -> list[Path]:
     right.set_ylim(bottom=0)
     right.set_ylabel("storage goodput / line rate")
     right.set_title("storage goodput")
-    written += plotstyle.save(fig, run_dir, "slowdown", valid)
+    written += plotstyle.save(fig, run_dir, "slowdown", mark)
 
     fig, ax = plt.subplots(figsize=(3.8, 2.6))
     positions, labels = [], []
@@ -365,5 +365,5 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_xticks(positions, labels, fontsize=7)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("ring all-reduce time (ms)")
-    written += plotstyle.save(fig, run_dir, "iteration_time", valid)
+    written += plotstyle.save(fig, run_dir, "iteration_time", mark)
     return written

@@ -309,13 +309,13 @@ def plot(run_dir: Path) -> list[Path]:
     """Grouped bars of busbw / host rate (oversubscription x placement) with
     spread; busbw against the spine-crossing share."""
     plt, summary, runs = load_run(run_dir)
-    valid = summary["valid"]
+    mark = plotstyle.validity_mark(summary, runs)
     overs = sorted({float(r["oversubscription"]) for r in runs})
     placements = [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
     width = 0.8 / max(1, len(placements))
     written = []
 
-    fig, ax = plt.subplots(figsize=(1.2 + 1.3 * len(overs), 2.7))
+    fig, ax = plt.subplots(figsize=(2.8 + 1.3 * len(overs), 2.7))
     for j, placement in enumerate(placements):
         for i, over in enumerate(overs):
             mine = [r for r in runs if float(r["oversubscription"]) == over
@@ -325,14 +325,17 @@ def plot(run_dir: Path) -> list[Path]:
             if values:
                 plotstyle.spread_bar(ax, x, values, plotstyle.colour(placement, j),
                                      width=width * 0.9, label=placement if i == 0 else None)
+            ideals = [v for v in (as_float(r.get("ideal")) for r in mine) if v is not None]
+            plotstyle.ideal_ticks(ax, x + width * 0.3, ideals,
+                                  plotstyle.IDEAL_LABEL if i == j == 0 else None)
             plotstyle.mark_incomplete(ax, x, len(mine) - len(values), rotation=90)
     ax.set_xticks(range(len(overs)), [f"{o:g}:1" for o in overs])
     ax.set_xlabel("leaf oversubscription")
     ax.set_ylabel("busbw / host rate")
     ax.set_ylim(0, 1.1)
     ax.set_title(f"ring all-reduce of {summary.get('ranks', '?')} ranks")
-    ax.legend(loc="lower left")
-    written += plotstyle.save(fig, run_dir, "busbw", valid)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    written += plotstyle.save(fig, run_dir, "busbw", mark)
 
     fig, ax = plt.subplots(figsize=(3.4, 2.6))
     markers = ["o", "s", "^", "D"]
@@ -351,5 +354,5 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_xlim(-0.05, 1.05)
     ax.set_ylim(0, 1.1)
     ax.legend(loc="lower left", fontsize=7)
-    written += plotstyle.save(fig, run_dir, "busbw_vs_crossing", valid)
+    written += plotstyle.save(fig, run_dir, "busbw_vs_crossing", mark)
     return written

@@ -363,7 +363,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
 def plot(run_dir: Path) -> list[Path]:
     """busbw / host rate per placement with spread; inter-zone bytes per placement."""
     plt, summary, runs = load_run(run_dir)
-    valid = summary["valid"]
+    mark = plotstyle.validity_mark(summary, runs)
     present = [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
     labels = [p.replace("cross-zone-contiguous", "cross-zone\ncontiguous")
               .replace("storage-", "storage\n") for p in present]
@@ -381,17 +381,21 @@ def plot(run_dir: Path) -> list[Path]:
                        color=plotstyle.colour(placement, i))
         bounds = [v for v in (as_float(r["bound_frac"]) for r in mine) if v is not None]
         if bounds and placement in JOB_PLACEMENTS:
-            ax.scatter([i + 0.3] * len(bounds), bounds, marker="_", s=120, color="grey",
+            ax.scatter([i + 0.32] * len(bounds), bounds, marker="v", s=14, color="black",
                        zorder=2, label=bound_label)
             bound_label = None  # one legend entry
+        plotstyle.ideal_ticks(ax, i + 0.32,
+                              [v for v in (as_float(r.get("ideal")) for r in mine)
+                               if v is not None],
+                              plotstyle.IDEAL_LABEL if i == 0 else None)
         plotstyle.mark_incomplete(ax, i, failed)
     ax.set_xticks(range(len(present)), labels)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("busbw / host rate\n(storage: goodput / host rate)")
     ax.set_title(f"ring all-reduce of {summary.get('ranks', '?')} ranks and striped reads")
-    if bound_label is None:
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    written += plotstyle.save(fig, run_dir, "busbw", valid)
+    written += plotstyle.save(fig, run_dir, "busbw", mark)
 
     fig, ax = plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.6))
     for i, placement in enumerate(present):
@@ -400,5 +404,5 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_xticks(range(len(present)), labels)
     ax.set_ylabel("bytes on inter-zone links (MB)")
     ax.set_title("traffic between the zones per run")
-    written += plotstyle.save(fig, run_dir, "interzone_bytes", valid)
+    written += plotstyle.save(fig, run_dir, "interzone_bytes", mark)
     return written

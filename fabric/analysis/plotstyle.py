@@ -62,6 +62,17 @@ def spread_bar(ax: Any, x: float, values: Sequence[float], colour: str, width: f
     ax.scatter([x] * len(values), values, s=10, color="black", zorder=3)
 
 
+IDEAL_LABEL = "ideal (perfect transport)"
+
+
+def ideal_ticks(ax: Any, x: float, ideals: Sequence[float], label: str | None = IDEAL_LABEL
+                ) -> None:
+    """Each run's ideal as a grey tick at ``x``, beside its measured values."""
+    if ideals:
+        ax.scatter([x] * len(ideals), ideals, marker="_", s=80, color="grey", zorder=2,
+                   label=label)
+
+
 def mark_incomplete(ax: Any, x: float, count: int, **text: Any) -> None:
     """Write how many runs at ``x`` did not complete (nothing when none)."""
     if count:
@@ -69,11 +80,29 @@ def mark_incomplete(ax: Any, x: float, count: int, **text: Any) -> None:
                     color=OKABE_ITO[3], **text)
 
 
-def save(fig: Any, run_dir: Path, name: str, valid: bool = True) -> list[Path]:
-    """Save ``fig`` as ``name.png`` and ``name.pdf``; mark invalid runs."""
-    if not valid:
-        fig.text(0.5, 0.99, "INVALID RUN: a fidelity check failed (see summary.json)",
-                 ha="center", va="top", color="#D55E00", fontsize=8, weight="bold")
+def validity_mark(summary: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> str:
+    """The warning a figure of ``summary``'s runs carries; empty when every run was valid.
+
+    ``runs`` (rows with a ``valid`` column) count the invalid runs for summaries
+    written before they recorded that count.
+    """
+    if summary["valid"]:
+        return ""
+    fidelity = summary.get("fidelity", {})
+    invalid, total = fidelity.get("invalid_runs"), fidelity.get("runs")
+    if invalid is None and runs and all("valid" in row for row in runs):
+        invalid = sum(str(row["valid"]) not in ("True", "true", "1") for row in runs)
+        total = len(runs)
+    if invalid:
+        return f"{invalid} of {total} runs failed a fidelity check (see summary.json)"
+    return "INVALID RUN: a fidelity check failed (see summary.json)"
+
+
+def save(fig: Any, run_dir: Path, name: str, mark: str = "") -> list[Path]:
+    """Save ``fig`` as ``name.png`` and ``name.pdf``, with ``mark`` (a validity warning)
+    as its headline."""
+    if mark:
+        fig.suptitle(mark, color="#D55E00", fontsize=8, weight="bold")
     paths = [run_dir / f"{name}.png", run_dir / f"{name}.pdf"]
     for path in paths:
         fig.savefig(path)

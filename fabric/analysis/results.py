@@ -111,11 +111,10 @@ def merge_fidelity(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
     Each check keeps its worst value and how many runs failed it.
     """
     merged: dict[str, dict[str, Any]] = {}
-    valid = True
-    runs = 0
+    runs = invalid = 0
     for report in reports:
         runs += 1
-        valid &= bool(report.get("valid"))
+        invalid += not report.get("valid")
         for check in report.get("checks", []):
             entry = merged.setdefault(check["name"], {"name": check["name"], "failed_runs": 0,
                                                       "threshold": check["threshold"],
@@ -127,7 +126,8 @@ def merge_fidelity(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
         values = entry.pop("values")
         checks.append({**entry, "min": min(values), "max": max(values),
                        "ok": entry["failed_runs"] == 0})
-    return {"valid": valid and runs > 0, "runs": runs, "checks": checks}
+    return {"valid": invalid == 0 and runs > 0, "runs": runs, "invalid_runs": invalid,
+            "checks": checks}
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -373,7 +373,7 @@ def _fake_placement_dir(run_dir: Path, valid: bool) -> None:
                 rows.append({"oversubscription": over, "placement": name, "seed": seed,
                              "ranks": 4, "time_s": 1.0, "spine_crossing_share": share,
                              "busbw_frac": None if seed and not valid else value - seed / 50,
-                             "valid": valid})
+                             "ideal": value, "valid": valid})
     results.write_csv(run_dir / "runs.csv", rows)
     results.write_summary(run_dir, "placement", placement._table(rows),
                           {"valid": valid, "runs": len(rows), "checks": []}, {"ranks": 4})

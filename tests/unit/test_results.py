@@ -27,12 +27,26 @@ def test_merge_fidelity_is_invalid_when_any_run_failed():
     ok = {"valid": True, "checks": [{"name": "a", "value": 0.5, "threshold": 1.0, "ok": True}]}
     bad = {"valid": False, "checks": [{"name": "a", "value": 2.0, "threshold": 1.0, "ok": False}]}
     merged = results.merge_fidelity([ok, bad, ok])
-    assert merged["valid"] is False and merged["runs"] == 3
+    assert merged["valid"] is False and merged["runs"] == 3 and merged["invalid_runs"] == 1
     (check,) = merged["checks"]
     assert check == {"name": "a", "failed_runs": 1, "threshold": 1.0, "min": 0.5, "max": 2.0,
                      "ok": False}
     assert results.merge_fidelity([ok])["valid"] is True
     assert results.merge_fidelity([])["valid"] is False
+
+
+def test_a_figure_says_how_many_of_its_runs_failed_a_fidelity_check():
+    from fabric.analysis.plotstyle import validity_mark
+
+    ok, bad = {"valid": True, "checks": []}, {"valid": False, "checks": []}
+    assert validity_mark({"valid": True, "fidelity": results.merge_fidelity([ok])}) == ""
+    merged = results.merge_fidelity([ok, bad, bad, ok, ok])
+    assert validity_mark({"valid": False, "fidelity": merged}).startswith("2 of 5 runs failed")
+    # a summary written before it counted the invalid runs: its rows count them
+    old = {"valid": False, "fidelity": {"valid": False, "runs": 3, "checks": []}}
+    rows = [{"valid": "True"}, {"valid": "False"}, {"valid": "True"}]
+    assert validity_mark(old, rows).startswith("1 of 3 runs failed")
+    assert validity_mark(old).startswith("INVALID RUN")
 
 
 def test_manifest_and_summary_carry_what_a_paper_needs(tmp_path):
