@@ -28,7 +28,7 @@ from fabric.emulation import Emulation, capacity
 from fabric.model import graph as fg
 from fabric.traffic import collectives, synthetic
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
-from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, TransportSpec
+from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "collisions"
@@ -65,14 +65,16 @@ def check(ctx: RunContext) -> None:
     for spec in _topologies(ctx):
         graph = topologies.build(spec)
         for pattern in ("stride",) if ctx.quick else PATTERNS:
-            if len(fg.nodes_with_role(graph, "host")) < 2 or not _transfers(graph, pattern, 0,
+            if len(fg.nodes_with_role(graph, "host")) < 2 or not pattern_transfers(graph, pattern, 0,
                                                                             1.0)[0]:
                 raise ScheduleError(f"{NAME}: {spec} has no two compute hosts under "
                                     f"different leaves for the {pattern}")
 
 
-def _transfers(graph: Any, pattern: str, seed: int, host_mbps: float):
-    """Schedule of one run and its nccl-tests size (None for the one-flow patterns)."""
+def pattern_transfers(graph: Any, pattern: str, seed: int, host_mbps: float
+                      ) -> tuple[list[Transfer], list[str], int | None]:
+    """Schedule of one run, its ranks and its nccl-tests size (None for the one-flow
+    patterns)."""
     nbytes = int(host_mbps * 1e6 / 8 * FLOW_S)
     if pattern == "stride":
         ranks = rank_hosts(graph, placement="rail")
@@ -98,7 +100,7 @@ def norm_throughput(pattern: str, spans: dict[str, tuple[float, float, int]],
     return collectives.busbw(pattern, len(ranks), size, end - start) * 8 / 1e6 / host_mbps
 
 
-def _uplink_loads(graph: Any, result: Any) -> dict[str, float]:
+def uplink_shares(graph: Any, result: Any) -> dict[str, float]:
     """Bytes each leaf -> spine link carried, as a share of its leaf's uplink bytes."""
     totals = result.links.totals()
     loads = {}
@@ -148,7 +150,7 @@ def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps:
                     if ideal_spans else None)
             coll = None if spray else flow_collisions(result)  # a spray has every path
             link_rows.extend({**run.keys, "link": link, "share": round(load, 4)}
-                             for link, load in _uplink_loads(graph, result).items())
+                             for link, load in uplink_shares(graph, result).items())
             ideal_span = (max(s.end for s in ideal_spans.values())
                           - min(s.start for s in ideal_spans.values())) if ideal_spans else None
             span = result_span(rows)
@@ -171,7 +173,7 @@ def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps:
             def runs(cc: str = cc) -> Iterator[Scheduled]:
                 for pattern in [p for p, c in grid if c == cc]:
                     for seed in seeds:
-                        transfers, ranks, size = _transfers(graph, pattern, seed, host_mbps)
+                        transfers, ranks, size = pattern_transfers(graph, pattern, seed, host_mbps)
                         yield Scheduled({"topology": spec, "policy": policy, "pattern": pattern,
                                          "cc": cc, "seed": seed}, transfers, seed,
                                         (pattern, ranks, size))
@@ -237,6 +239,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
 
 
 ANCHORS = {"ecmp": "0.60-0.68", "spray": ">=0.90", "adaptive": ">=0.90"}
+ANCHOR_RANGES = {"ecmp": (0.60, 0.68), "spray": (0.90, 0.95), "adaptive": (0.90, 0.95)}
 
 
 def top_tier_paths(graph: Any) -> int:
@@ -371,6 +374,11 @@ def plot(run_dir: Path) -> list[Path]:
                                **plotstyle.series_style(policy, i))
                 plotstyle.ideal_ticks(ax, i + 0.32, ideals,
                                       plotstyle.IDEAL_LABEL if i == 0 else None)
+            if pattern in ABLATION_PATTERNS:  # the anchors are one flow per host
+                for i, policy in enumerate(POLICIES):
+                    low, high = ANCHOR_RANGES[policy]
+                    ax.fill_between([i - 0.3, i + 0.3], low, high, color="grey", alpha=0.2,
+                                    lw=0, label="published anchor" if i == 0 else None)
             if pattern == "stride":  # the balls-into-bins theory is for the stride
                 ax.axhline(summary["balls_into_bins_expectation"], ls="--", color="grey",
                            lw=1, label="ECMP theory 1-(1-1/N)$^N$")

@@ -53,6 +53,7 @@ DEFAULT_TOPO = "leaf-spine,leaves=5,hosts_per_leaf=4"  # 20 hosts: 16 senders + 
 BASE_STRIPE_BYTES = 64 * 1024  # at 100 Mbit/s (DESIGN.md's measurement)
 MIN_STRIPE_BYTES = 1448  # one full TCP segment
 DEFAULT_RTO_MS = 200  # Linux's TCP_RTO_MIN
+ANCHOR_BUFFER_PKTS = 32  # the buffer of the published curve
 # Only the client's link is busy (the senders share its rate), so the
 # capacity check sizes the load from one link, not the whole fabric...
 BUSY_LINKS = 1
@@ -393,14 +394,29 @@ def _sweep_figure(plt: Any, runs: list[dict], field: str, ylabel: str,
     return fig, axes
 
 
+def _draw_anchor(ax: Any, anchors: dict[str, Any]) -> None:
+    """The published curve (Mbit/s at 100 Mbit/s) as a fraction of line rate."""
+    curve = anchors["rto_200ms_mbps_at_100"]
+    xs = sorted(int(k) for k in curve)
+    handles = ax.plot(xs, [curve[str(x)] / 100 for x in xs], ls=":", marker="x", ms=4,
+                      color="grey", label="anchor, rto_min 200 ms")
+    handles += ax.plot([8], [anchors["rto_min_1ms_8_senders_mbps_at_100"] / 100], ls="none",
+                       marker="+", ms=6, color="black", label="anchor, rto_min 1 ms")
+    ax.legend(handles=handles, loc="center right", fontsize=6)
+
+
 def plot(run_dir: Path) -> list[Path]:
-    """Goodput collapse curve, p99 round time and TCP timeouts vs senders."""
+    """Goodput collapse curve (with the published anchor on its buffer), p99 round time
+    and TCP timeouts vs senders."""
     plt, summary, runs = load_run(run_dir)
     mark = plotstyle.validity_mark(summary)
     written = []
     fig, axes = _sweep_figure(plt, runs, "goodput_frac", "goodput / line rate")
-    for ax in axes[0]:
+    buffers = sorted({int(r["buffer_pkts"]) for r in runs})
+    for ax, buffer_pkts in zip(axes[0], buffers):
         ax.set_ylim(0, 1.05)
+        if buffer_pkts == ANCHOR_BUFFER_PKTS and "anchors" in summary:
+            _draw_anchor(ax, summary["anchors"])
     written += plotstyle.save(fig, run_dir, "goodput", mark)
     fig, _ = _sweep_figure(plt, runs, "round_p99_ms", "p99 round time (ms)", log=True)
     written += plotstyle.save(fig, run_dir, "round_p99", mark)

@@ -344,6 +344,12 @@ def plot(run_dir: Path) -> list[Path]:
     left.set_title("collective slowdown under storage")
     left.legend(loc="lower right")
     _bars(right, names, [_values(runs, n, "storage", "storage_goodput_frac") for n in names])
+    if "separate" in names:  # what the storage lane is guaranteed when both classes send
+        share = next(lane.share for lane in LANES["separate"].lanes if lane.name == "storage")
+        x = names.index("separate")
+        right.hlines(share, x - 0.4, x + 0.4, ls="--", color="grey", lw=1,
+                     label="storage lane's guaranteed share")
+        right.legend(loc="upper right", fontsize=7)
     right.set_ylim(bottom=0)
     right.set_ylabel("storage goodput / line rate")
     right.set_title("storage goodput")
