@@ -1,0 +1,78 @@
+"""How evenly a sprayed flow splits over the spines, by the size of its entropy pool (root).
+
+Spraying sends each packet with the next UDP source port of a pool of N
+values; the switches' hash maps each value to one uplink, so with a finite
+pool the split is as uneven as the hash's mapping of those N values, and the
+busiest uplink limits the flow. On the default rail-clos under the spray
+policy, the stride permutation of the collisions experiment (every flow
+crosses the spines), for each pool size in ``--pools`` and each seed it
+prints the busiest leaf uplink's share of its leaf's uplink bytes (1/spines
+is even), the mean flow throughput over line rate, the ideal on the split
+the switches made, and the OVS input delay (the fidelity check, at most
+1 ms).
+
+Usage::
+
+    sudo .venv/bin/python benchmarks/entropy.py [--pools 64,256,1024] [--seeds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import topologies
+from experiments import collisions
+from experiments.common import fidelity_of, idle_check, traffic_run
+from fabric.analysis.report import ideal_spans
+from fabric.emulation import Emulation, EmulationOptions
+from fabric.traffic.model import ScheduleError, TransportSpec
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pools", default="64,256,1024",
+                        help="entropy pool sizes, comma-separated")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--spec", default="rail-clos")
+    args = parser.parse_args()
+    try:  # every pool checked before anything is set up
+        transports = {int(pool): TransportSpec("roce", entropy="packet", entropy_ports=int(pool))
+                      for pool in args.pools.split(",")}
+    except (ValueError, ScheduleError) as exc:
+        parser.error(f"--pools: {exc}")
+    graph = topologies.build(args.spec)
+    workdir = Path(tempfile.mkdtemp(prefix="fabric-entropy-"))
+    with Emulation(graph, EmulationOptions(policy="spray")) as emu:
+        plan = emu.report.rate_plan
+        print(f"{args.spec} at {plan.host_mbps:g} Mbit/s per host, spray, stride, "
+              f"{args.seeds} seeds per pool")
+        for pool, transport in transports.items():
+            idle = idle_check(emu, transport, workdir / f"{pool}-idle")
+            busiest, measured, best, delay = [], [], [], []
+            for seed in range(args.seeds):
+                transfers, ranks, size = collisions.pattern_transfers(graph, "stride", seed,
+                                                               plan.host_mbps)
+                result = traffic_run(emu, transfers, transport, workdir / f"{pool}-{seed}", seed)
+                rows = result.transfer_rows()
+                busiest.append(max(collisions.uplink_shares(graph, result).values()))
+                measured.append(collisions.norm_throughput(
+                    "stride", {r["id"]: (r["send_start"], r["recv_end"], r["bytes"])
+                               for r in rows}, ranks, size, plan.host_mbps))
+                spans = ideal_spans(result, graph, plan.link_mbps, spray=True)
+                best.append(collisions.norm_throughput(
+                    "stride", {r["id"]: (spans[r["id"]].start, spans[r["id"]].end, r["bytes"])
+                               for r in rows}, ranks, size, plan.host_mbps)
+                            if spans else float("nan"))
+                checks = {c["name"]: c for c in fidelity_of(result, [idle])["checks"]}
+                delay.append(checks["ovs_input_delay_ms"]["value"])
+            print(f"  pool {pool:5d}: busiest uplink {statistics.fmean(busiest):.3f} "
+                  f"(max {max(busiest):.3f}); throughput {statistics.fmean(measured):.3f} "
+                  f"(ideal on the split {statistics.fmean(best):.3f}); OVS input delay "
+                  f"max {max(delay):.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
