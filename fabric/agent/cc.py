@@ -13,12 +13,12 @@ per-RTT gate of loss cuts and their undo stay with the queue pair
     (all emulated hosts share one clock). Below the target the window grows
     additively (``ai`` packets per RTT); above it, at most once per RTT, it
     shrinks in proportion to the excess, ``1 - beta * (delay - target) /
-    delay``, by at most ``max_mdf``. The target is the flow's smallest
-    delay seen (the switching and processing of its path; a lone packet
-    passes the emulated links' token buckets without waiting; at most
-    ``base_cap`` packet times a link) plus an
-    allowance in packet times at the emulated rate: ``endpoint_allowance``
-    (the sender's own pacing burst waits in its NIC's queue) and
+    delay``, by at most ``max_mdf``. The target is the flow's base delay
+    plus an allowance in packet times at the emulated rate. The base is the
+    smallest delay seen (the switching and processing of its path: a lone
+    packet passes the links' token buckets without waiting), believed up to
+    ``base_cap`` packet times a link. The allowance is ``endpoint_allowance``
+    (the sender's own pacing burst waits in its NIC's queue) plus
     ``hop_allowance`` per link of the path, so the target scales with hop
     count. Below one packet the window becomes a pacing gap (``rtt / cwnd``
     between packets).

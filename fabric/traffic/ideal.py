@@ -10,9 +10,9 @@ A transfer loads each directed link it crosses in proportion to its goodput:
 ``wire / payload`` on the links of its data (headers included) and
 ``ack / payload`` on the reverse links (its acknowledgements), so the header
 ceiling and the ACK share of a link are part of the ideal. Per-flow ECMP puts
-all of a transfer on one observed path; a sprayed transfer splits evenly at
-every switch over its next hops towards the destination (the path set a
-perfect spray uses).
+all of a transfer on one observed path; a sprayed transfer splits at every
+switch over its next hops towards the destination, evenly (a perfect spray)
+or in the proportions the switch's hash really gave them in the run.
 """
 
 from __future__ import annotations
