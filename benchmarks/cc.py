@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 import topologies
+from fabric import argtypes
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.network import tcp_congestion_controls
 from fabric.emulation.traffic import build_plan, run_plan
@@ -98,10 +99,12 @@ def report(label: str, out: dict, link_mbps: float, overhead: ideal.Overhead) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mbps", type=float, default=3.0, help="host (and bottleneck) rate")
-    parser.add_argument("--seconds", type=float, default=6.0,
+    parser.add_argument("--mbps", type=argtypes.positive_number(), default=3.0,
+                        help="host (and bottleneck) rate")
+    parser.add_argument("--seconds", type=argtypes.positive_number(), default=6.0,
                         help="each flow's bytes in seconds of its fair share")
-    parser.add_argument("--queue-pkts", type=int, default=64)
+    parser.add_argument("--queue-pkts", type=argtypes.integer(1, argtypes.MAX_QUEUE_PKTS),
+                        default=64)
     args = parser.parse_args()
     graph = topologies.build(SPEC)
     bottleneck = fg.intf_name("l0", fg.port(graph, "l0", "s0"))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import topologies
 from experiments import collisions
+from fabric import argtypes
 from experiments.common import fidelity_of, idle_check, traffic_run
 from fabric.analysis.report import ideal_spans
 from fabric.emulation import Emulation, EmulationOptions
@@ -35,15 +36,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", default="64,256,1024",
                         help="entropy pool sizes, comma-separated")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--spec", default="rail-clos")
+    parser.add_argument("--seeds", type=argtypes.integer(1, 1000), default=3,
+                        help="stride runs per pool (default: 3)")
+    parser.add_argument("--spec", default="rail-clos", help="topology (default: rail-clos)")
     args = parser.parse_args()
     try:  # every pool checked before anything is set up
         transports = {int(pool): TransportSpec("roce", entropy="packet", entropy_ports=int(pool))
                       for pool in args.pools.split(",")}
     except (ValueError, ScheduleError) as exc:
         parser.error(f"--pools: {exc}")
-    graph = topologies.build(args.spec)
+    try:
+        graph = topologies.build(args.spec)
+    except ValueError as exc:
+        parser.error(f"--spec: {exc}")
     workdir = Path(tempfile.mkdtemp(prefix="fabric-entropy-"))
     with Emulation(graph, EmulationOptions(policy="spray")) as emu:
         plan = emu.report.rate_plan
