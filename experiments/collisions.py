@@ -65,8 +65,8 @@ def check(ctx: RunContext) -> None:
     for spec in _topologies(ctx):
         graph = topologies.build(spec)
         for pattern in ("stride",) if ctx.quick else PATTERNS:
-            if len(fg.nodes_with_role(graph, "host")) < 2 or not pattern_transfers(graph, pattern, 0,
-                                                                            1.0)[0]:
+            if (len(fg.nodes_with_role(graph, "host")) < 2
+                    or not pattern_transfers(graph, pattern, 0, 1.0)[0]):
                 raise ScheduleError(f"{NAME}: {spec} has no two compute hosts under "
                                     f"different leaves for the {pattern}")
 
