@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import networkx as nx
@@ -60,6 +60,16 @@ class FluidTransfer:
     load: Mapping[Link, float]
     start: float = 0.0
     after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Change:
+    """From ``at`` on, the links run at ``capacity`` (every link; 0 for a link that
+    is down) and the transfers in ``loads`` take those loads (a failure, a repair)."""
+
+    at: float
+    capacity: Mapping[Link, float]
+    loads: Mapping[str, Mapping[Link, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,7 +132,8 @@ def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
 
 
 def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
-             bits_per_unit: float = 8e-6) -> dict[str, IdealSpan]:
+             bits_per_unit: float = 8e-6, changes: Sequence[Change] = ()
+             ) -> dict[str, IdealSpan]:
     """Event-driven fluid run of ``transfers``: each one's ideal start and end.
 
     Parameters
@@ -133,6 +144,8 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
         Link -> capacity in rate units (Mbit/s by default).
     bits_per_unit : float
         Converts bytes to the capacity's unit-seconds (8e-6: bytes -> Mbit).
+    changes : sequence of Change
+        Capacity and load changes during the run, in any order.
 
     Raises
     ------
@@ -151,19 +164,26 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
             dependents[dep].append(t.id)
     ready_at = {t.id: t.start for t in transfers if not t.after}
     remaining = {t.id: t.bytes * bits_per_unit for t in transfers}
+    load = {t.id: t.load for t in transfers}
+    pending = sorted(changes, key=lambda c: c.at)
     spans: dict[str, IdealSpan] = {}
     active: set[str] = set()
     now = min(ready_at.values(), default=0.0)
     while len(spans) < len(transfers) or active:
+        while pending and pending[0].at <= now + _EPS:
+            change = pending.pop(0)
+            capacity = change.capacity
+            load.update(change.loads)
         for fid in [f for f, at in ready_at.items() if at <= now + _EPS]:
             del ready_at[fid]
             spans[fid] = IdealSpan(now)
             active.add(fid)
-        rates = max_min_rates({f: by_id[f].load for f in active}, capacity)
+        rates = max_min_rates({f: load[f] for f in active}, capacity)
         finish = [(remaining[f] / rates[f] if rates[f] > 0 else math.inf, f) for f in active]
         next_finish = min((dt for dt, _ in finish), default=math.inf)
         next_start = min(ready_at.values(), default=math.inf) - now
-        step = min(next_finish, next_start)
+        next_change = pending[0].at - now if pending else math.inf
+        step = min(next_finish, next_start, next_change)
         if math.isinf(step):
             raise ValueError("transfers that can never end: a dependency cycle, or a link "
                              "without capacity")
@@ -229,6 +249,43 @@ def spray_load(graph: nx.Graph, src: str, dst: str, overhead: Overhead,
     if overhead.ack:
         for (a, b), value in list(load.items()):
             load[(b, a)] += value / overhead.data * overhead.ack
+    return dict(load)
+
+
+def weighted_multipath_load(graph: nx.Graph, src: str, dst: str, overhead: Overhead,
+                            capacity: Mapping[Link, float]) -> dict[Link, float]:
+    """Load of a transfer spread over its live shortest paths in proportion to each
+    path's bottleneck capacity (weighted multipath, as WCMP would route it).
+
+    What a router that knows every link's rate makes of a fabric with failed
+    (capacity 0) or slow links: with all links alike it is an even spray. Not
+    the multi-commodity optimum in general, but on a two-tier Clos with one slow
+    or failed link it moves each transfer's traffic off that link in proportion
+    to what the link can carry.
+
+    Raises
+    ------
+    ValueError
+        When no live path joins ``src`` and ``dst``.
+    """
+    def up(a: str, b: str) -> bool:
+        return capacity.get((a, b), 0) > 0 and capacity.get((b, a), 0) > 0
+
+    core = nx.subgraph_view(graph.subgraph(fg.switches(graph)), filter_edge=up)
+    first = _attachment_nearest(graph, core, src, dst)
+    last = _attachment_nearest(graph, core, dst, src)
+    try:
+        paths = [[src, *path, dst] for path in nx.all_shortest_paths(core, first, last)]
+    except nx.NetworkXNoPath:
+        raise ValueError(f"no live path from {src} to {dst}") from None
+    weights = [min(capacity[(a, b)] for a, b in zip(path, path[1:])) for path in paths]
+    load: dict[Link, float] = defaultdict(float)
+    for path, weight in zip(paths, weights):
+        share = weight / sum(weights)
+        for a, b in zip(path, path[1:]):
+            load[(a, b)] += overhead.data * share
+            if overhead.ack:
+                load[(b, a)] += overhead.ack * share
     return dict(load)
 
 

@@ -7,8 +7,9 @@ import math
 import pytest
 
 import topologies
-from fabric.traffic.ideal import (FluidTransfer, Overhead, max_min_rates, path_load,
-                                  simulate, spray_load)
+from fabric.traffic.ideal import (Change, FluidTransfer, Overhead, link_capacity,
+                                  max_min_rates, path_load, simulate, spray_load,
+                                  weighted_multipath_load)
 
 MBIT = 125_000  # bytes
 
@@ -102,3 +103,54 @@ def test_spray_follows_the_measured_split_when_given():
     load = spray_load(graph, "l0h0", "l1h1", Overhead(), measured)
     assert load[("l0", "s0")] == pytest.approx(0.75) and load[("l0", "s1")] == pytest.approx(0.25)
     assert load[("s0", "l1")] == pytest.approx(0.75)
+
+
+def test_a_link_that_fails_halfway_stops_its_flow_until_it_is_repaired():
+    # 10 Mbit at 10 Mbit/s; down from 0.5 s to 1.5 s: the last half starts again at 1.5
+    up, down = {("x", "y"): 10.0}, {("x", "y"): 0.0}
+    spans = simulate([_flow("a", [("x", "y")], 10)], up,
+                     changes=[Change(1.5, up), Change(0.5, down)])
+    assert spans["a"].end == pytest.approx(2.0)
+
+
+def test_a_failure_moves_a_flow_to_the_other_path_and_it_shares_it():
+    # a on x->y, b on x->z, both 10 Mbit at 10 Mbit/s; x->y fails at 0.5 s and a moves
+    # onto x->z: a has 5 Mbit left and b 5, sharing 10 Mbit/s they end at 1.5 s
+    cap = {("x", "y"): 10.0, ("x", "z"): 10.0}
+    spans = simulate([_flow("a", [("x", "y")], 10), _flow("b", [("x", "z")], 10)], cap,
+                     changes=[Change(0.5, {**cap, ("x", "y"): 0.0}, {"a": {("x", "z"): 1.0}})])
+    assert spans["a"].end == pytest.approx(1.5) and spans["b"].end == pytest.approx(1.5)
+
+
+def test_a_failure_that_leaves_no_capacity_forever_never_ends():
+    with pytest.raises(ValueError, match="never end"):
+        simulate([_flow("a", [("x", "y")], 10)], {("x", "y"): 10.0},
+                 changes=[Change(0.5, {("x", "y"): 0.0})])
+
+
+def test_weighted_multipath_is_an_even_spray_on_a_healthy_fabric():
+    graph = topologies.build("leaf-spine,leaves=2,spines=2,hosts_per_leaf=2")
+    cap = link_capacity(graph, {frozenset(e): 10.0 for e in graph.edges})
+    assert weighted_multipath_load(graph, "l0h0", "l1h1", Overhead(), cap) == pytest.approx(
+        spray_load(graph, "l0h0", "l1h1", Overhead()))
+
+
+def test_weighted_multipath_avoids_a_failed_link_and_weights_a_slow_one():
+    graph = topologies.build("leaf-spine,leaves=2,spines=4,hosts_per_leaf=2")
+    cap = link_capacity(graph, {frozenset(e): 12.0 for e in graph.edges})
+    cap[("l0", "s0")] = cap[("s0", "l0")] = 0.0      # cut
+    cap[("s1", "l1")] = 3.0                          # a quarter of the rate, one way
+    load = weighted_multipath_load(graph, "l0h0", "l1h1", Overhead(1.0, 0.5), cap)
+    # paths via s1 (bottleneck 3), s2 and s3 (12): shares 3/27, 12/27, 12/27
+    assert ("l0", "s0") not in load and ("s0", "l1") not in load
+    assert load[("l0", "s1")] == pytest.approx(3 / 27) and load[("s2", "l1")] == pytest.approx(12 / 27)
+    assert load[("l1", "s1")] == pytest.approx(0.5 * 3 / 27)  # its ACKs come back that way
+    assert load[("l1", "l1h1")] == pytest.approx(1.0)
+
+
+def test_weighted_multipath_without_a_live_path_is_an_error():
+    graph = topologies.build("leaf-spine,leaves=2,spines=1,hosts_per_leaf=2")
+    cap = link_capacity(graph, {frozenset(e): 10.0 for e in graph.edges})
+    cap[("l0", "s0")] = 0.0
+    with pytest.raises(ValueError, match="no live path"):
+        weighted_multipath_load(graph, "l0h0", "l1h0", Overhead(), cap)
