@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import socket
+from array import array
 import struct
 import time
 from collections import Counter, deque
@@ -176,6 +177,8 @@ class RoceEngine(Engine):
         self._pool_next: dict[int, int] = {}
         # (src, dst, dscp, channel) -> congestion state a finished transfer leaves
         self._connections: dict[tuple, tuple] = {}
+        # qpn -> (arrival, send) wall-clock pairs of newly delivered packets, flattened
+        self.arrivals: dict[int, array] | None = {} if spec.timeline else None
         size = bth.BTH_LEN + spec.mtu_payload + 3 + bth.ICRC_LEN
         self._tx = bytearray(size)  # header rewritten per packet; payload and ICRC stay zero
         self._txview = memoryview(self._tx)
@@ -406,8 +409,11 @@ class RoceEngine(Engine):
                 length = n - bth.BTH_LEN - bth.ICRC_LEN - ((flags >> 4) & 3)
                 sent_ns = _SEND_TIME.unpack_from(rx, bth.BTH_LEN)[0] if length >= 8 else 0
                 owd_us = (time.monotonic_ns() - sent_ns) // 1000 if sent_ns else 0
+                delivered = qp.bytes
                 urgent = qp.on_data(psn_word & bth.PSN_MASK, length, bool(psn_word >> 31), now,
                                     owd_us)
+                if self.arrivals is not None and qp.bytes != delivered:
+                    self._log_arrival(qp.qpn, owd_us)
                 self._reply[qp.qpn] = (sock, addr, record.transfer.dscp << 2)
                 finished = record.end is None and qp.complete
                 if finished:
@@ -429,6 +435,11 @@ class RoceEngine(Engine):
                     self.bad_packets += 1
             else:
                 self.bad_packets += 1
+
+    def _log_arrival(self, qpn: int, owd_us: int) -> None:
+        # all emulated hosts share one clock, so the sender's stamp is our time too
+        wall = time.time()
+        self.arrivals.setdefault(qpn, array("d")).extend((wall, wall - owd_us * 1e-6))
 
     def _send_ack(self, qp: RecvQP) -> None:
         self._ack_pending.pop(qp.qpn, None)
@@ -540,6 +551,10 @@ class RoceEngine(Engine):
             record.extra.update(qpn=qp.qpn, packets=qp.count, **qp.counters(),
                                 packets_sent=qp.acks_sent, retransmitted=0, lost_detected=0,
                                 cwnd_final=None)
+            if self.arrivals is not None:
+                flat = self.arrivals.get(qp.qpn, ())
+                record.extra["arrivals"] = [[round(flat[i], 4), round(flat[i + 1], 4)]
+                                            for i in range(0, len(flat), 2)]
 
     def totals(self) -> dict[str, int]:
         """Counters summed over the agent's queue pairs (call after :meth:`snapshot`)."""

@@ -194,7 +194,8 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     emu : Emulation
         A running fabric.
     plan : Plan
-        From :func:`build_plan`.
+        From :func:`build_plan`. Its ``start_at`` moves later when setting up
+        the path monitors left the agents less than ``START_LEAD_S``.
     workdir : Path
         Where the plan and the agents' reports are written.
     monitor_paths : bool
@@ -203,13 +204,16 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
         Link counter sampling interval.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    plan_path = workdir / "plan.json"
-    plan.save(plan_path)
     involved = sorted({t.src for t in plan.transfers} | {t.dst for t in plan.transfers})
     keys, first_key = flow_keys(plan)
     monitor = FlowMonitor(emu.graph, keys, emu.options.lanes) if monitor_paths else None
     if monitor:
         monitor.install()
+    # installing hundreds of monitors can outlast the plan's lead: agents started after
+    # start_at would each begin whenever they are up, not together
+    plan.start_at = max(plan.start_at, time.time() + START_LEAD_S)
+    plan_path = workdir / "plan.json"
+    plan.save(plan_path)
     drops_before = ingress_drops(emu, involved)
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
     agents: dict[str, subprocess.Popen] = {}

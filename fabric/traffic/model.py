@@ -67,6 +67,8 @@ class TransportSpec:
     over ``entropy_ports`` ports (spraying). ``rate_mbps``: pacing ceiling of
     a roce sender (the emulated host link rate). ``cc``: the roce congestion
     control (:mod:`fabric.agent.cc`): ``swift`` (delay-based) or ``loss``.
+    ``timeline``: roce receivers report every newly delivered packet's arrival
+    and send time (``arrivals``), for delivery timelines around failures.
     """
 
     kind: str = "tcp"
@@ -76,6 +78,7 @@ class TransportSpec:
     rate_mbps: float | None = None
     mtu_payload: int = 1400
     cc: str = "swift"
+    timeline: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in TRANSPORTS:
