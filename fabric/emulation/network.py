@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import networkx as nx
 
@@ -182,6 +182,40 @@ class Emulation:
                 system.run(["tc", "-batch", "-"],
                            input_text="".join(line + "\n" for line in lines))
         self.report.rate_plan.link_mbps[frozenset((a, b))] = mbps
+
+    def set_link_state(self, links: Iterable[tuple[str, str]], up: bool) -> None:
+        """Cut links or restore them, as pulled cables would: each link's switch
+        end goes administratively down, its peer loses carrier, and both switches
+        report the port down to the controller. All links change in one ``ip``
+        call (a lost switch loses its links at once). Packets queued on a cut
+        interface are lost; its shaping stays.
+
+        Raises
+        ------
+        EmulationError
+            When a link does not exist.
+        """
+        lines = []
+        for a, b in links:
+            if not self.graph.has_edge(a, b):
+                raise EmulationError(f"no link between {a} and {b}")
+            node, other = (a, b) if fg.is_switch(self.graph, a) else (b, a)
+            dev = fg.intf_name(node, fg.port(self.graph, node, other))
+            lines.append(f"link set dev {dev} {'up' if up else 'down'}\n")
+        if lines:
+            system.run(["ip", "-batch", "-"], input_text="".join(lines))
+
+    def wait_until_healed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
+        """Block until the controller knows no link down and has confirmed every
+        switch's routes (after :meth:`set_link_state` restored the links)."""
+        deadline = time.monotonic() + timeout_s
+        while self.controller_status().get("down_links"):
+            if time.monotonic() > deadline:
+                raise EmulationError(f"the controller still reports links down after "
+                                     f"{timeout_s:.0f} s: "
+                                     f"{self.controller_status().get('down_links')}")
+            time.sleep(0.02)
+        self.wait_until_routed(max(1.0, deadline - time.monotonic()))
 
     def controller_status(self) -> dict:
         """The controller's status report (ready switches, down links, events)."""
