@@ -10,8 +10,8 @@ semantics fabric's policies live in:
   weights and watch ports (:mod:`fabric.testing.hashing` documents the
   hash); fast-failover groups take the first live bucket; all groups copy;
 * ``set_queue`` is recorded on every hop (:class:`Hop`);
-* barriers, port descriptions and port statistics are answered, port
-  changes are reported (``EventOFPPortStatus``), packet-ins delivered;
+* barriers, port descriptions and port, flow and group statistics (counted
+  from traced packets) are answered, port changes are reported (``EventOFPPortStatus``), packet-ins delivered;
 * refused messages raise :class:`OpenFlowError` (or are answered with an
   error message), unmodelled features raise :class:`UnsupportedFeature`.
 

@@ -248,6 +248,12 @@ class AppConnection:
         elif isinstance(msg, parser.OFPPortStatsRequest):
             return [self._multipart(parser.OFPPortStatsReply, dp, sw.port_stats(msg.port_no),
                                     msg.xid)]
+        elif isinstance(msg, parser.OFPFlowStatsRequest):
+            return [self._multipart(parser.OFPFlowStatsReply, dp, sw.flow_stats(msg.table_id),
+                                    msg.xid)]
+        elif isinstance(msg, parser.OFPGroupStatsRequest):
+            return [self._multipart(parser.OFPGroupStatsReply, dp, sw.group_stats(msg.group_id),
+                                    msg.xid)]
         elif isinstance(msg, parser.OFPEchoRequest):
             reply = parser.OFPEchoReply(dp, data=msg.data)
             reply.xid = msg.xid

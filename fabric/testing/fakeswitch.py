@@ -289,4 +289,27 @@ class FakeSwitch(Pipeline):
         return stats
 
 
+    def flow_stats(self, table_id: int = ofp.OFPTT_ALL) -> list[Any]:
+        """``OFPFlowStats`` entries (OpenFlow 1.5: match and counters, no instructions)."""
+        return [parser.OFPFlowStats(table_id=f.table_id, reason=0, priority=f.priority,
+                                    match=f.ofp_match or parser.OFPMatch(),
+                                    stats=parser.OFPStats(duration=(0, 0), packet_count=f.packets,
+                                                          byte_count=f.bytes))
+                for f in self.flows if table_id in (ofp.OFPTT_ALL, f.table_id)]
+
+    def group_stats(self, group_id: int = ofp.OFPG_ALL) -> list[Any]:
+        """``OFPGroupStats`` entries, with each bucket's counters."""
+        stats = []
+        for gid, group in sorted(self.groups.items()):
+            if group_id not in (ofp.OFPG_ALL, gid):
+                continue
+            buckets = [parser.OFPBucketCounter(b.packets, b.bytes) for b in group.buckets]
+            stats.append(parser.OFPGroupStats(
+                length=ofp.OFP_GROUP_STATS_SIZE + len(buckets) * ofp.OFP_BUCKET_COUNTER_SIZE,
+                group_id=gid, ref_count=0, packet_count=sum(b.packets for b in group.buckets),
+                byte_count=sum(b.bytes for b in group.buckets), duration_sec=0,
+                duration_nsec=0, bucket_stats=buckets))
+        return stats
+
+
 __all__ = ["Emit", "FakeSwitch", "PipelineResult", "PortCounters", "ToController"]

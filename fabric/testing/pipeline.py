@@ -57,6 +57,7 @@ class _State:
     queue: int | None = None
     table_id: int = 0
     cookie: int = 0
+    nbytes: int | None = None  # frame length to count (None: do not count)
 
 
 class Pipeline:
@@ -101,7 +102,7 @@ class Pipeline:
         None leaves them alone.
         """
         result = PipelineResult()
-        state = _State(dict(fields, in_port=in_port), in_port)
+        state = _State(dict(fields, in_port=in_port), in_port, nbytes=nbytes)
         self._pipeline(state, result, nbytes, 0)
         return result
 
@@ -204,6 +205,9 @@ class Pipeline:
         if not chosen:
             result.drops.append(f"group {group_id} has no live bucket")
         for bucket in chosen:  # every bucket works on its own copy of the packet
+            if state.nbytes is not None:
+                bucket.packets += 1
+                bucket.bytes += state.nbytes
             copy = _State(dict(state.fields), state.in_port, state.queue, state.table_id,
-                          state.cookie)
+                          state.cookie, state.nbytes)
             self._run_actions(bucket.actions, copy, result, depth + 1)

@@ -166,6 +166,8 @@ class BucketEntry:
     weight: int = 1
     watch_port: int | None = None
     watch_group: int | None = None
+    packets: int = 0   # what the group handed this bucket (group statistics)
+    bytes: int = 0
 
     @property
     def ports(self) -> tuple[int, ...]:

@@ -621,6 +621,50 @@ def test_port_stats_from_counters_and_frozen_clock(fabric, graph):
         fabric.set_port_counters("l0", 3, tx_bits=1)
 
 
+class StatsRecorder(app_manager.OSKenApp):
+    """Asks for flow and group statistics and keeps the replies."""
+
+    OFP_VERSIONS = [ofp.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.flows: list = []
+        self.groups: list = []
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _flows(self, ev):
+        self.flows += ev.msg.body
+
+    @set_ev_cls(ofp_event.EventOFPGroupStatsReply, MAIN_DISPATCHER)
+    def _groups(self, ev):
+        self.groups += ev.msg.body
+
+
+def test_flow_and_group_statistics_count_traced_packets(fabric):
+    app = fabric.connect(StatsRecorder())
+    group_mod(fabric, "l0", 1, [(3, 1, 3), (4, 1, 4)], basis=7)
+    add_flow(fabric, "l0", 10, [parser.OFPActionGroup(1)], eth_type=IPV4)
+    chosen = Counter(inject(fabric, tcp(fabric, sport=sport)).hops[0].out_port
+                     for sport in range(2000, 2100))
+    inject(fabric, tcp(fabric, sport=3000))  # counted once more below
+    dp = fabric.datapath("l0")
+    dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL))
+    dp.send_msg(parser.OFPGroupStatsRequest(dp, 0, ofp.OFPG_ALL))
+    fabric.flush()
+    (flow,) = [f for f in app.flows if f.priority == 10]
+    assert flow.stats["packet_count"] == 101 and flow.match["eth_type"] == IPV4
+    (group,) = app.groups
+    buckets = [b.packet_count for b in group.bucket_stats]
+    assert group.group_id == 1 and sum(buckets) == group.packet_count == 101
+    assert buckets[0] >= chosen[3] and buckets[1] >= chosen[4]  # sport 3000 went one way
+    # a traced packet that is not counted leaves the statistics alone
+    fabric.trace(tcp(fabric, sport=3001), switch="l0", in_port=1, count=False)
+    app.groups.clear()
+    dp.send_msg(parser.OFPGroupStatsRequest(dp, 0, ofp.OFPG_ALL))
+    fabric.flush()
+    assert app.groups[0].packet_count == 101
+
+
 def test_errors_as_replies(graph):
     fabric = FakeFabric(graph, errors="reply")
     app = fabric.connect(Recorder())
