@@ -9,4 +9,5 @@ EXPERIMENTS = {
     "isolation": "experiments.isolation",
     "zones": "experiments.zones",
     "placement": "experiments.placement",
+    "failures": "experiments.failures",
 }

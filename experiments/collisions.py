@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import topologies
 from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_float, load_run,
-                                run_schedules)
+                                run_schedules, transport_losses)
 from fabric.analysis import plotstyle, results
 from fabric.analysis.report import flow_collisions
 from fabric.analysis.report import ideal_spans as report_ideal
@@ -117,15 +117,6 @@ def result_span(rows: list[dict[str, Any]]) -> float | None:
     if not rows or any(r["recv_end"] is None or r["send_start"] is None for r in rows):
         return None
     return max(r["recv_end"] for r in rows) - min(r["send_start"] for r in rows)
-
-
-def transport_losses(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Data packets lost on the way (sent minus received, exact), the share of all sent,
-    and retransmission timeouts, from the merged transfer rows."""
-    sent = sum(r.get("send_packets_sent") or 0 for r in rows)
-    received = sum(r.get("recv_packets_received") or 0 for r in rows)
-    return {"drop_frac": round((sent - received) / sent, 5) if sent else None,
-            "rto": sum(r.get("send_rto_count") or 0 for r in rows)}
 
 
 def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps: float,

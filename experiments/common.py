@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -20,7 +21,7 @@ from fabric.analysis import plotstyle, results
 from fabric.analysis.report import ideal_spans
 from fabric.emulation import Emulation, EmulationOptions, fidelity
 from fabric.emulation.traffic import TrafficResult, build_plan, idle_path_check, run_plan
-from fabric.traffic.model import Transfer, TransportSpec
+from fabric.traffic.model import Plan, Transfer, TransportSpec
 
 
 @dataclass
@@ -71,7 +72,10 @@ class Scheduled:
     ``keys`` name the run: they lead its runs.csv and flows.csv rows, its
     progress line and its work directory. ``context`` carries what the
     experiment's row function needs; ``prepare`` runs on the fabric first
-    (e.g. a per-route RTO).
+    (e.g. a per-route RTO); ``during`` is entered with the fabric and the
+    traffic's plan just before the agents start, and left when they have
+    finished (e.g. failures injected on a timeline; read ``plan.start_at``
+    late: the runner may move it).
     """
 
     keys: dict[str, Any]
@@ -79,6 +83,7 @@ class Scheduled:
     seed: int
     context: Any = None
     prepare: Callable[[Emulation], None] | None = None
+    during: Callable[[Emulation, Plan], AbstractContextManager] | None = None
 
     @property
     def name(self) -> str:
@@ -134,8 +139,9 @@ def run_schedules(emu: Emulation, runs: Iterable[Scheduled], transport: Transpor
         progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))
         if run.prepare:
             run.prepare(emu)
+        during = {"during": run.during} if run.during else {}
         result = traffic_run(emu, run.transfers, transport, workdir / run.name, run.seed,
-                             deadline_s=deadline_s)
+                             deadline_s=deadline_s, **during)
         report = fidelity_of(result, [idle])
         log.reports.append(report)
         log.rows.append({**run.keys, **row_of(run, result, report), **run_checks(report)})
@@ -145,15 +151,28 @@ def run_schedules(emu: Emulation, runs: Iterable[Scheduled], transport: Transpor
 
 
 def traffic_run(emu: Emulation, transfers: list[Transfer], transport: TransportSpec,
-                workdir: Path, seed: int, deadline_s: float = 120.0) -> TrafficResult:
-    """Run one schedule on a running fabric (source ports seeded by ``seed``)."""
+                workdir: Path, seed: int, deadline_s: float = 120.0,
+                during: Callable[[Emulation, Plan], AbstractContextManager] | None = None
+                ) -> TrafficResult:
+    """Run one schedule on a running fabric (source ports seeded by ``seed``), inside
+    ``during(emu, plan)`` when given."""
     plan = build_plan(emu, transfers, transport, deadline_s=deadline_s, port_seed=seed)
-    return run_plan(emu, plan, workdir)
+    with during(emu, plan) if during else nullcontext():
+        return run_plan(emu, plan, workdir)
 
 
 def idle_check(emu: Emulation, transport: TransportSpec, workdir: Path) -> fidelity.Check:
     """The idle-path rate check, run once per bring-up."""
     return idle_path_check(emu, transport, workdir)
+
+
+def transport_losses(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Data packets lost on the way (sent minus received, exact), the share of all sent,
+    and retransmission timeouts, from the merged transfer rows."""
+    sent = sum(r.get("send_packets_sent") or 0 for r in rows)
+    received = sum(r.get("recv_packets_received") or 0 for r in rows)
+    return {"drop_frac": round((sent - received) / sent, 5) if sent else None,
+            "rto": sum(r.get("send_rto_count") or 0 for r in rows)}
 
 
 def flow_goodputs(result: TrafficResult) -> list[float]:

@@ -20,6 +20,8 @@ ROW_FIELDS = {
     "isolation": {"lanes", "collective_slowdown", "collective_p99_ms", "storage_goodput_frac"},
     "zones": {"placement", "busbw_frac"},
     "placement": {"oversubscription", "placement", "busbw_frac"},
+    "failures": {"scenario", "policy", "slowdown", "ideal_slowdown", "reroute_ms", "stall_ms",
+                 "timeouts", "lost_bytes"},
 }
 
 
@@ -28,7 +30,7 @@ def test_quick_run_writes_a_complete_result(name: str, tmp_path: Path) -> None:
     out = tmp_path / name
     proc = subprocess.run([sys.executable, "-m", "fabric.cli", "run", name, "--quick",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=240)
+                          timeout=420)
     summary = json.loads((out / "summary.json").read_text())
     print(f"{name}: valid={summary['valid']}\n{proc.stdout}")
     failed = [c for c in summary["fidelity"]["checks"] if not c["ok"]]

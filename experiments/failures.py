@@ -1,0 +1,570 @@
+"""Failures: which routing policy keeps a collective running when a link goes bad?
+
+A ring all-reduce over every compute host, ranks placed at random (seeded),
+so most ring hops cross the spines, runs on the RoCEv2-like transport under
+``ecmp``, ``spray`` and ``adaptive``. Scenarios, on the uplink from the
+first rank's leaf to the first top-tier switch (or on that switch):
+
+``healthy``
+    the baseline every slowdown is measured against (same policy and seed);
+``link-down``
+    the link is cut a quarter into the collective (in line-rate time) and
+    restored 0.4 of it later;
+``degraded``
+    the link runs at a quarter of its rate, both ways, for the whole run (a
+    gray failure: up, but slow);
+``flapping``
+    from the same instant, the link goes down and up every second
+    (half a second each) until the collective ends;
+``spine-down``
+    the whole top-tier switch loses every link at that instant, for good.
+
+Measured per run: ``slowdown`` (iteration time over the healthy run's),
+``reroute_ms`` (from the cut to the send time of the first packet, sent after
+it, that a receiver got: the first packet on a surviving path; the worst
+transfer in progress at the cut), ``stall_ms`` (the longest gap in any
+transfer's delivery), ``timeouts`` (retransmission timeouts) and
+``lost_bytes`` (bytes never delivered; 0 when every byte arrived once).
+
+Ideal: ``ideal_slowdown`` is what the remaining capacity allows, from the
+fluid model (:mod:`fabric.traffic.ideal`) run with the measured failure times:
+every transfer spread over its live shortest paths in proportion to their
+bottleneck capacity, against the same model on the healthy fabric.
+
+Published anchors: link flaps are a leading incident class of large training
+fabrics (Fire-Flyer 2); per-packet spraying is as slow as its slowest path,
+while adaptive and flowlet schemes route around it (DRILL, LetFlow, CONGA).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import networkx as nx
+
+import topologies
+from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_float, load_run,
+                                run_schedules, transport_losses)
+from fabric.analysis import plotstyle, results
+from fabric.emulation import Emulation, capacity
+from fabric.model import graph as fg
+from fabric.traffic import collectives, ideal
+from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec
+from fabric.traffic.placement import rank_hosts
+
+NAME = "failures"
+QUESTION = "Which routing policy keeps a collective running when a link fails, flaps or slows?"
+POLICIES = ("ecmp", "spray", "adaptive")
+SCENARIOS = ("healthy", "link-down", "degraded", "flapping", "spine-down")
+COLLECTIVE = "ring-allreduce"
+# Per-rank buffer in seconds of the host link at line rate: the ring moves
+# 2(N-1)/N of it, ~2.8 s (quick) or ~5.6 s (full) at line rate.
+BUFFER_S = {True: 1.5, False: 3.0}
+FAIL_AT = 0.25     # the cut, as a share of the collective's line-rate time
+DOWN_FOR = 0.4     # how long link-down lasts, same unit
+FLAP_PERIOD_S = 1.0
+DEGRADED_FRACTION = 0.25
+DEADLINE_FACTOR = 20.0
+TIMELINE_BIN_S = 0.05
+POLL_S = 0.01      # the injector's clock: how late an action may fall
+BRINGUP_S = 10.0
+RUN_OVERHEAD_S = 5.0
+ANCHORS = {"degraded": "spray as slow as its slowest path; adaptive routes around it "
+                       "(DRILL, LetFlow, CONGA)",
+           "link-down": "reroute within tens of ms, no connection broken",
+           "flapping": "link flaps: a leading incident class (Fire-Flyer 2)",
+           "spine-down": "reroute within tens of ms, no connection broken"}
+
+
+# --- the scenario: where and when (pure) ---------------------------------------------
+
+@dataclass(frozen=True)
+class Action:
+    """At ``at`` seconds after the traffic's start, ``links`` go up or down."""
+
+    at: float
+    up: bool
+    links: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a run does to the fabric: link actions on a timeline, slow links."""
+
+    name: str
+    actions: tuple[Action, ...] = ()
+    slow: tuple[tuple[str, str], ...] = ()   # links at DEGRADED_FRACTION of their rate
+    target: str | None = None                # what fails: "leaf-spine" link or a switch
+
+    @property
+    def links(self) -> tuple[tuple[str, str], ...]:
+        """Every link the scenario touches (restored after the run)."""
+        seen = dict.fromkeys(link for a in self.actions for link in a.links)
+        return tuple(seen) + tuple(self.slow)
+
+
+def top_tier(graph: nx.Graph) -> list[str]:
+    """The switches at the top of the fabric: cores, or spines when there are none."""
+    return fg.nodes_with_role(graph, "core") or fg.nodes_with_role(graph, "spine")
+
+
+def victim_link(graph: nx.Graph, ranks: list[str]) -> tuple[str, str]:
+    """The uplink from the first rank's switch to its first upper neighbour."""
+    leaf = next(iter(graph.neighbors(ranks[0])))
+    rank = {"leaf": 0, "edge": 0, "agg": 1, "spine": 1, "core": 2}
+    ups = sorted((n for n in graph.neighbors(leaf) if fg.is_switch(graph, n)
+                  and rank.get(graph.nodes[n]["role"], 0) > rank.get(graph.nodes[leaf]["role"], 0)),
+                 key=lambda n: fg.port(graph, leaf, n))
+    if len(ups) < 2:
+        raise ScheduleError(f"{NAME}: {leaf} has {len(ups)} uplink(s); a failure needs another "
+                            f"path to route around it")
+    return (leaf, ups[0])
+
+
+def line_rate_s(n: int, size: int, host_mbps: float) -> float:
+    """Seconds the ring all-reduce takes at line rate (busbw = host rate)."""
+    return size * collectives.busbw_factor(COLLECTIVE, n) * 8 / (host_mbps * 1e6)
+
+
+def make_scenario(name: str, graph: nx.Graph, ranks: list[str], t_line: float,
+                  horizon_s: float) -> Scenario:
+    """The scenario ``name`` for this ring: its links and timeline (pure).
+
+    ``t_line`` is the collective's line-rate time; ``horizon_s`` bounds the
+    flapping (the injector stops when the traffic ends anyway).
+    """
+    link = victim_link(graph, ranks)
+    named = "-".join(link)
+    fail = FAIL_AT * t_line
+    if name == "healthy":
+        return Scenario(name)
+    if name == "link-down":
+        return Scenario(name, (Action(fail, False, (link,)),
+                               Action(fail + DOWN_FOR * t_line, True, (link,))), target=named)
+    if name == "degraded":
+        return Scenario(name, slow=(link,), target=named)
+    if name == "flapping":
+        half = FLAP_PERIOD_S / 2
+        count = max(2, int((horizon_s - fail) / half))
+        return Scenario(name, tuple(Action(fail + i * half, i % 2 == 1, (link,))
+                                    for i in range(count)), target=named)
+    if name == "spine-down":
+        top = link[1] if link[1] in top_tier(graph) else top_tier(graph)[0]
+        links = tuple((top, n) for n in sorted(graph.neighbors(top), key=lambda n:
+                                                fg.port(graph, top, n)))
+        return Scenario(name, (Action(fail, False, links),), target=top)
+    raise ValueError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
+
+
+# --- injecting it into a running fabric ------------------------------------------------
+
+@dataclass
+class Injection:
+    """What the injector did: ``events`` are ``(wall time, up, links)``; ``slow_mbps``
+    the degraded rate of the scenario's slow links (None: none)."""
+
+    scenario: Scenario
+    events: list[tuple[float, bool, tuple[tuple[str, str], ...]]] = field(default_factory=list)
+    slow_mbps: float | None = None
+    errors: list[str] = field(default_factory=list)
+    controller_events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextmanager
+def inject(emu: Emulation, plan: Plan, injection: Injection) -> Iterator[Injection]:
+    """Slow the scenario's slow links now, run its actions on time in a thread while
+    the traffic runs, then restore every link and wait until the controller has
+    routed the healed fabric. Times count from ``plan.start_at``, read as the
+    actions fall due (the runner may move it while it sets up)."""
+    scenario = injection.scenario
+    rates = {link: emu.report.rate_plan.link_mbps[frozenset(link)] for link in scenario.slow}
+    stop = threading.Event()
+
+    def act() -> None:
+        try:
+            for action in scenario.actions:
+                while (left := plan.start_at + action.at - time.time()) > 0:
+                    if stop.wait(min(left, POLL_S)):
+                        return
+                emu.set_link_state(action.links, action.up)
+                injection.events.append((time.time(), action.up, action.links))
+        except Exception as exc:  # the run is reported invalid; links restored below
+            injection.errors.append(f"{type(exc).__name__}: {exc}")
+
+    for link, mbps in rates.items():
+        injection.slow_mbps = mbps * DEGRADED_FRACTION
+        emu.set_link_rate(*link, injection.slow_mbps)
+    thread = threading.Thread(target=act, name="failure-injector", daemon=True)
+    thread.start()
+    try:
+        yield injection
+    finally:
+        stop.set()
+        thread.join()
+        injection.controller_events = emu.controller_status().get("events", [])
+        emu.set_link_state([link for a in scenario.actions for link in a.links], True)
+        for link, mbps in rates.items():
+            emu.set_link_rate(*link, mbps)
+        emu.wait_until_healed()
+
+
+# --- measurements (pure) -----------------------------------------------------------------
+
+def first_cut(injection: Injection) -> float | None:
+    """Wall time of the first link cut (None: nothing was cut)."""
+    return next((t for t, up, _ in injection.events if not up), None)
+
+
+def reroute_ms(rows: list[dict[str, Any]], cut: float | None) -> float | None:
+    """From ``cut`` to the send time of the first packet sent at or after it that
+    arrived, for the worst transfer in progress at the cut (ms).
+
+    A packet sent after the cut that arrived took a surviving path. None
+    without a cut, or when no transfer with arrivals was in progress.
+    """
+    if cut is None:
+        return None
+    worst = None
+    for row in rows:
+        start, end = row.get("send_start"), row.get("recv_end")
+        if start is None or not start <= cut or (end is not None and end <= cut):
+            continue
+        sent = [s for _, s in row.get("recv_arrivals") or () if s >= cut]
+        if not sent:
+            continue
+        delay = (min(sent) - cut) * 1e3
+        worst = delay if worst is None else max(worst, delay)
+    return None if worst is None else round(worst, 1)
+
+
+def controller_ms(events: list[dict[str, Any]], cut: float | None) -> float | None:
+    """From ``cut`` to the controller's first route update for a port that went down
+    (ms; None without a cut, or when the controller's status did not show one)."""
+    if cut is None:
+        return None
+    after = [e["time"] for e in events if e.get("time", 0) >= cut and " down:" in e.get("what", "")]
+    return round((min(after) - cut) * 1e3, 1) if after else None
+
+
+def stall_ms(rows: list[dict[str, Any]]) -> float | None:
+    """The longest gap in any transfer's delivery (ms): between its start and its
+    first arrival, or between two arrivals. None without arrival records."""
+    longest = None
+    for row in rows:
+        times = [a for a, _ in row.get("recv_arrivals") or ()]
+        if not times or row.get("send_start") is None:
+            continue
+        times = [row["send_start"], *sorted(times)]
+        gap = max(b - a for a, b in zip(times, times[1:]))
+        longest = gap if longest is None else max(longest, gap)
+    return None if longest is None else round(longest * 1e3, 1)
+
+
+def lost_bytes(rows: list[dict[str, Any]]) -> int:
+    """Bytes a receiver never got (every transfer's size minus what arrived once)."""
+    return sum(max(0, r["bytes"] - (r.get("recv_bytes") or 0)) for r in rows)
+
+
+def delivery_timeline(rows: list[dict[str, Any]], origin: float,
+                      bin_s: float = TIMELINE_BIN_S) -> list[tuple[float, int]]:
+    """Newly delivered packets per bin, ``(bin start after origin, packets)``, over
+    every transfer; empty bins inside the run included."""
+    counts: dict[int, int] = {}
+    for row in rows:
+        for arrived, _ in row.get("recv_arrivals") or ():
+            index = int((arrived - origin) // bin_s)
+            counts[index] = counts.get(index, 0) + 1
+    if not counts:
+        return []
+    return [(round(i * bin_s, 4), counts.get(i, 0)) for i in range(min(counts), max(counts) + 1)]
+
+
+def capacity_at(base: dict[tuple[str, str], float], scenario: Scenario, down: set,
+                slow_mbps: float | None) -> dict[tuple[str, str], float]:
+    """Directed link capacities with the scenario's slow links and ``down`` links
+    (undirected pairs) applied."""
+    cap = dict(base)
+    for a, b in scenario.slow:
+        if slow_mbps is not None:
+            cap[(a, b)] = cap[(b, a)] = slow_mbps
+    for link in down:
+        a, b = tuple(link)
+        cap[(a, b)] = cap[(b, a)] = 0.0
+    return cap
+
+
+def ideal_time_s(graph: nx.Graph, transfers: list[Transfer], base: dict[tuple[str, str], float],
+                 overhead: ideal.Overhead, scenario: Scenario | None = None,
+                 events: list[tuple[float, bool, tuple]] = (), slow_mbps: float | None = None
+                 ) -> float:
+    """Seconds a perfect transport with capacity-weighted multipath routing needs for
+    ``transfers`` when the scenario's events happen at their times (seconds after
+    the start); without a scenario, on the healthy fabric."""
+    scenario = scenario or Scenario("healthy")
+
+    def loads(cap: dict) -> dict[str, dict]:
+        pairs = {(t.src, t.dst) for t in transfers}  # a ring has few: route each once
+        routed = {pair: ideal.weighted_multipath_load(graph, *pair, overhead, cap)
+                  for pair in pairs}
+        return {t.id: routed[(t.src, t.dst)] for t in transfers}
+
+    down: set = set()
+    cap = capacity_at(base, scenario, down, slow_mbps)
+    initial = loads(cap)
+    fluid = [ideal.FluidTransfer(t.id, t.bytes, initial[t.id], 0.0, t.after)
+             for t in transfers]
+    changes = []
+    for at, up, links in sorted(events):
+        for link in links:
+            (down.discard if up else down.add)(frozenset(link))
+        cap = capacity_at(base, scenario, down, slow_mbps)
+        changes.append(ideal.Change(max(0.0, at), cap, loads(cap)))
+    spans = ideal.simulate(fluid, capacity_at(base, scenario, set(), slow_mbps),
+                           changes=changes)
+    return max(s.end for s in spans.values()) - min(s.start for s in spans.values())
+
+
+def run_row(scenario: Scenario, injection: Injection, rows: list[dict[str, Any]],
+            size: int, ranks: list[str], host_mbps: float) -> dict[str, Any]:
+    """The measured fields of one run's runs.csv row (pure); slowdowns are added
+    once the healthy run of the same policy and seed is known."""
+    starts = [r["send_start"] for r in rows if r.get("send_start") is not None]
+    complete = bool(rows) and all(r.get("fct_s") is not None for r in rows)
+    span = (max(r["recv_end"] for r in rows) - min(starts)) if complete else None
+    busbw = (collectives.busbw(COLLECTIVE, len(ranks), size, span) * 8 / 1e6 / host_mbps
+             if span else None)
+    return {"time_s": round(span, 4) if span else None,
+            "busbw_frac": round(busbw, 4) if busbw else None,
+            "cut_at_s": (round(first_cut(injection) - min(starts), 3)
+                         if first_cut(injection) is not None and starts else None),
+            "controller_ms": controller_ms(injection.controller_events, first_cut(injection)),
+            "reroute_ms": reroute_ms(rows, first_cut(injection)),
+            "stall_ms": stall_ms(rows),
+            "timeouts": transport_losses(rows)["rto"],
+            "lost_bytes": lost_bytes(rows),
+            "drop_frac": transport_losses(rows)["drop_frac"],
+            "cuts": sum(1 for _, up, _ in injection.events if not up),
+            "complete": complete}
+
+
+def add_slowdowns(rows: list[dict[str, Any]]) -> None:
+    """``slowdown``: each run's time over the healthy run of its policy and seed."""
+    healthy = {(r["policy"], r["seed"]): r["time_s"] for r in rows
+               if r["scenario"] == "healthy"}
+    for row in rows:
+        base = healthy.get((row["policy"], row["seed"]))
+        row["slowdown"] = (round(row["time_s"] / base, 4)
+                           if row["time_s"] and base else None)
+
+
+# --- run -----------------------------------------------------------------------------------
+
+def _topology(ctx: RunContext) -> str:
+    return ctx.topo or topologies.DEFAULT_SPEC
+
+
+def ring_ranks(graph: nx.Graph, seed: int) -> list[str]:
+    """Every compute host, in a seeded random ring order."""
+    return rank_hosts(graph, placement="random", seed=seed)
+
+
+def check(ctx: RunContext) -> None:
+    """Refuse a fabric without a second path around the failed link (pure)."""
+    graph = topologies.build(_topology(ctx))
+    if len(fg.nodes_with_role(graph, "host")) < 2:
+        raise ScheduleError(f"{NAME}: {_topology(ctx)} has fewer than two compute hosts")
+    if len(top_tier(graph)) < 2:
+        raise ScheduleError(f"{NAME}: {_topology(ctx)} has {len(top_tier(graph))} top-tier "
+                            f"switch(es); losing one needs another")
+    for seed in range(ctx.seeds or 1):
+        ranks = ring_ranks(graph, seed)
+        for name in SCENARIOS:
+            make_scenario(name, graph, ranks, 1.0, 2.0)
+
+
+def _seeds(ctx: RunContext) -> list[int]:
+    return ctx.seed_list(quick_default=1, full_default=5)
+
+
+def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) -> float:
+    """Wall-clock estimate (pure): a run at half the line rate, slower ones twice that."""
+    count = seeds or (1 if quick else 5)
+    ranks = len(fg.nodes_with_role(graph, "host"))
+    t_line = BUFFER_S[quick] * collectives.busbw_factor(COLLECTIVE, ranks)
+    per_policy = BRINGUP_S + count * sum(RUN_OVERHEAD_S + (4 if s == "degraded" else 2) * t_line
+                                         for s in SCENARIOS)
+    return len(POLICIES) * per_policy
+
+
+def run(ctx: RunContext) -> dict[str, Any]:
+    """One bring-up per policy; per seed, the healthy run and every scenario."""
+    spec = _topology(ctx)
+    graph = topologies.build(spec)
+    seeds = _seeds(ctx)
+    host_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph)
+    progress = Progress(len(POLICIES) * len(seeds) * len(SCENARIOS), NAME)
+    log, timeline_rows = RunLog(), []
+    overhead = ideal.transport_overhead("roce")
+    for policy in POLICIES:
+        with Emulation(graph, ctx.options(policy=policy, host_mbps=host_mbps)) as emu:
+            used = emu.report.rate_plan.host_mbps
+            base = ideal.link_capacity(graph, dict(emu.report.rate_plan.link_mbps))
+            transport = TransportSpec("roce", entropy="flow" if policy == "ecmp" else "packet",
+                                      entropy_ports=256, cc=ctx.cc, timeline=True)
+            size = int(used * 1e6 / 8 * BUFFER_S[ctx.quick])
+
+            def runs() -> Iterator[Scheduled]:
+                for seed in seeds:
+                    ranks = ring_ranks(graph, seed)
+                    transfers = collectives.generate(COLLECTIVE, ranks, size)
+                    t_line = line_rate_s(len(ranks), size, used)
+                    for name in SCENARIOS:
+                        scenario = make_scenario(name, graph, ranks, t_line,
+                                                 DEADLINE_FACTOR * t_line)
+                        injection = Injection(scenario)
+                        yield Scheduled({"scenario": name, "policy": policy, "seed": seed},
+                                        transfers, seed,
+                                        {"injection": injection, "ranks": ranks,
+                                         "transfers": transfers},
+                                        during=lambda e, plan, i=injection: inject(e, plan, i))
+
+            def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+                c = run.context
+                injection: Injection = c["injection"]
+                rows = result.transfer_rows()
+                row = run_row(injection.scenario, injection, rows, size, c["ranks"], used)
+                start = min((r["send_start"] for r in rows if r.get("send_start")),
+                            default=result.plan.start_at)
+                events = [(t - start, up, links) for t, up, links in injection.events]
+                healthy = ideal_time_s(graph, c["transfers"], base, overhead)
+                failed = ideal_time_s(graph, c["transfers"], base, overhead, injection.scenario,
+                                      events, injection.slow_mbps)
+                cut = first_cut(injection)
+                timeline_rows.extend(
+                    {**run.keys, "t_s": t, "mbps": round(n * (transport.mtu_payload * 8 / 1e6)
+                                                         / TIMELINE_BIN_S, 4)}
+                    for t, n in delivery_timeline(rows, cut if cut is not None else start))
+                return {"topology": spec, "host_mbps": used, "size_bytes": size,
+                        "target": injection.scenario.target, **row,
+                        "ideal_time_s": round(failed, 4),
+                        "ideal_slowdown": round(failed / healthy, 4),
+                        "injector_errors": "; ".join(injection.errors) or None,
+                        "valid": bool(report["valid"] and row["complete"]
+                                      and not injection.errors)}
+
+            run_schedules(emu, runs(), transport, ctx.run_dir / "work" / policy, progress,
+                          row_of, log, deadline_s=DEADLINE_FACTOR * line_rate_s(
+                              len(ring_ranks(graph, 0)), size, used))
+    add_slowdowns(log.rows)
+    fid = log.write(ctx.run_dir)
+    results.write_csv(ctx.run_dir / "timeline.csv", timeline_rows)
+    table = _table(log.rows)
+    results.write_summary(ctx.run_dir, NAME, table, fid,
+                          {"question": QUESTION, "topology": spec, "anchors": ANCHORS})
+    return {"table": table, "fidelity": fid, "seeds": seeds,
+            "parameters": {"topology": spec, "policies": POLICIES, "scenarios": SCENARIOS,
+                           "collective": COLLECTIVE, "placement": "random",
+                           "transport": "roce", "cc": ctx.cc, "buffer_s": BUFFER_S[ctx.quick],
+                           "fail_at": FAIL_AT, "down_for": DOWN_FOR,
+                           "flap_period_s": FLAP_PERIOD_S,
+                           "degraded_fraction": DEGRADED_FRACTION,
+                           "host_mbps": ctx.host_mbps or "auto"},
+            "notes": ["slowdown: iteration time over the healthy run of the same policy and "
+                      "seed; ideal_slowdown: a perfect transport routing over the live paths "
+                      "in proportion to their capacity, with the measured failure times",
+                      "reroute_ms: cut to the first packet sent after it that arrived (worst "
+                      "transfer in progress); stall_ms: longest gap in a transfer's delivery"]}
+
+
+def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario and policy: mean and spread of the slowdown beside the ideal, the
+    worst reroute and stall, and every timeout and lost byte."""
+    table = []
+    for scenario in SCENARIOS:
+        for policy in POLICIES:
+            group = [r for r in rows if r["scenario"] == scenario and r["policy"] == policy]
+            if not group:
+                continue
+
+            def values(name: str) -> list[float]:
+                return [float(r[name]) for r in group if r.get(name) not in (None, "")]
+
+            slow, ideal_slow = values("slowdown"), values("ideal_slowdown")
+            reroute, stall = values("reroute_ms"), values("stall_ms")
+            table.append({"scenario": scenario, "policy": policy, "seeds": len(group),
+                          "slowdown": round(statistics.fmean(slow), 3) if slow else None,
+                          "slowdown_max": max(slow, default=None),
+                          "ideal_slowdown": (round(statistics.fmean(ideal_slow), 3)
+                                             if ideal_slow else None),
+                          "busbw_frac": (round(statistics.fmean(values("busbw_frac")), 3)
+                                         if values("busbw_frac") else None),
+                          "reroute_ms": max(reroute, default=None),
+                          "stall_ms": max(stall, default=None),
+                          "timeouts": int(sum(values("timeouts"))),
+                          "lost_bytes": int(sum(values("lost_bytes"))),
+                          "incomplete": len(group) - len(values("time_s"))})
+    return table
+
+
+# --- plot ------------------------------------------------------------------------------------
+
+def plot(run_dir: Path) -> list[Path]:
+    """Slowdown per scenario and policy (spread, ideal ticks), and the delivery
+    timeline of every policy around the first cut of each failure scenario."""
+    plt, summary, runs = load_run(run_dir)
+    mark = plotstyle.validity_mark(summary, runs)
+    scenarios = [s for s in SCENARIOS[1:] if any(r["scenario"] == s for r in runs)]
+    policies = [p for p in POLICIES if any(r["policy"] == p for r in runs)]
+    width = 0.8 / max(1, len(policies))
+    written: list[Path] = []
+
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(scenarios), 2.7))
+    for j, policy in enumerate(policies):
+        for i, scenario in enumerate(scenarios):
+            mine = [r for r in runs if r["scenario"] == scenario and r["policy"] == policy]
+            values = [v for v in (as_float(r.get("slowdown")) for r in mine) if v is not None]
+            x = i + (j - (len(policies) - 1) / 2) * width
+            if values:
+                plotstyle.spread_bar(ax, x, values, plotstyle.colour(policy, j),
+                                     width=width * 0.9, label=policy if i == 0 else None)
+            ideals = [v for v in (as_float(r.get("ideal_slowdown")) for r in mine)
+                      if v is not None]
+            plotstyle.ideal_ticks(ax, x + width * 0.3, ideals,
+                                  "ideal (capacity left)" if i == j == 0 else None)
+            plotstyle.mark_incomplete(ax, x, len(mine) - len(values), rotation=90)
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xticks(range(len(scenarios)), scenarios)
+    ax.set_ylabel("iteration time / healthy")
+    ax.set_ylim(bottom=0)
+    ax.set_title("ring all-reduce under a failure")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    written += plotstyle.save(fig, run_dir, "slowdown", mark)
+
+    timeline = results.read_csv(run_dir / "timeline.csv") if (run_dir / "timeline.csv").exists() \
+        else []
+    shown = [s for s in ("link-down", "flapping", "spine-down") if s in scenarios]
+    if timeline and shown:
+        seed = min(int(r["seed"]) for r in timeline)
+        fig, axes = plt.subplots(len(shown), 1, figsize=(4.6, 1.5 * len(shown) + 0.6),
+                                 sharex=True, squeeze=False)
+        for ax, scenario in zip(axes[:, 0], shown):
+            for j, policy in enumerate(policies):
+                pts = [(float(r["t_s"]), float(r["mbps"])) for r in timeline
+                       if r["scenario"] == scenario and r["policy"] == policy
+                       and int(r["seed"]) == seed]
+                if pts:
+                    ax.plot([t for t, _ in pts], [m for _, m in pts], linewidth=0.9,
+                            color=plotstyle.colour(policy, j), label=policy)
+            ax.axvline(0.0, color="black", linewidth=0.6, linestyle="--")
+            ax.set_ylabel("Mbit/s")
+            ax.set_title(f"{scenario}: delivered, all receivers (seed {seed})", fontsize=8)
+        axes[-1, 0].set_xlabel("seconds since the first cut")
+        axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        written += plotstyle.save(fig, run_dir, "timeline", mark)
+    return written

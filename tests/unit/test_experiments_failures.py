@@ -1,0 +1,265 @@
+"""The failures experiment without root: scenarios and their timelines, the
+measurements on hand-worked arrival records, the ideal slowdown, and run() with
+its figures against a fake fabric that records what was done to it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import topologies
+from experiments import EXPERIMENTS, common, failures
+from experiments.common import RunContext
+from fabric.analysis import results
+from fabric.cli import format_table
+from fabric.emulation import capacity, fidelity
+from fabric.model import graph as fg
+from fabric.traffic import ideal
+from fabric.traffic.model import Plan, ScheduleError, Transfer
+
+
+@pytest.fixture(scope="module")
+def rail():
+    return topologies.build("rail-clos")
+
+
+def test_registered():
+    assert EXPERIMENTS["failures"] == "experiments.failures"
+
+
+# --- scenarios -----------------------------------------------------------------------
+
+def test_each_scenario_touches_an_uplink_of_the_first_ranks_leaf(rail):
+    ranks = failures.ring_ranks(rail, 0)
+    leaf = next(iter(rail.neighbors(ranks[0])))
+    link = failures.victim_link(rail, ranks)
+    assert link[0] == leaf and rail.nodes[link[1]]["role"] == "spine"
+    down = failures.make_scenario("link-down", rail, ranks, t_line=4.0, horizon_s=40.0)
+    assert [(a.at, a.up, a.links) for a in down.actions] == [
+        (1.0, False, (link,)), (pytest.approx(2.6), True, (link,))]
+    slow = failures.make_scenario("degraded", rail, ranks, 4.0, 40.0)
+    assert slow.actions == () and slow.slow == (link,) and slow.links == (link,)
+    assert failures.make_scenario("healthy", rail, ranks, 4.0, 40.0).links == ()
+
+
+def test_flapping_alternates_every_half_period_until_the_horizon(rail):
+    ranks = failures.ring_ranks(rail, 0)
+    flap = failures.make_scenario("flapping", rail, ranks, t_line=4.0, horizon_s=5.0)
+    assert [a.up for a in flap.actions] == [False, True] * 4
+    gaps = [b.at - a.at for a, b in zip(flap.actions, flap.actions[1:])]
+    assert gaps == pytest.approx([failures.FLAP_PERIOD_S / 2] * 7)
+    assert flap.actions[0].at == pytest.approx(1.0)
+
+
+def test_spine_down_cuts_every_link_of_one_spine_at_once(rail):
+    ranks = failures.ring_ranks(rail, 0)
+    lost = failures.make_scenario("spine-down", rail, ranks, 4.0, 40.0)
+    (action,) = lost.actions
+    assert not action.up and {a for a, _ in action.links} == {lost.target}
+    assert {b for _, b in action.links} == set(rail.neighbors(lost.target))
+
+
+def test_a_fat_tree_loses_a_core(rail):
+    graph = topologies.build("fat-tree")
+    lost = failures.make_scenario("spine-down", graph, failures.ring_ranks(graph, 0), 4.0, 40.0)
+    assert graph.nodes[lost.target]["role"] == "core"
+
+
+def test_unknown_scenario_and_fabrics_without_a_second_path_are_refused(rail, tmp_path):
+    with pytest.raises(ValueError, match="unknown scenario"):
+        failures.make_scenario("meteor", rail, failures.ring_ranks(rail, 0), 4.0, 40.0)
+    with pytest.raises(ScheduleError, match="top-tier"):
+        failures.check(RunContext(tmp_path, topo="leaf-spine,spines=1"))
+    failures.check(RunContext(tmp_path))  # the default fabric is fine
+
+
+# --- measurements ----------------------------------------------------------------------
+
+def _row(tid, start, end, arrivals, nbytes=3000, received=None):
+    return {"id": tid, "bytes": nbytes, "send_start": start, "recv_end": end,
+            "recv_bytes": nbytes if received is None else received,
+            "fct_s": None if end is None else end - start,
+            "recv_arrivals": [[a, s] for a, s in arrivals]}
+
+
+def test_reroute_is_the_first_packet_sent_after_the_cut_that_arrived():
+    cut = 10.0
+    rows = [
+        # on the cut path: what it sent at 10.00-10.10 was lost; 10.15 got through
+        _row("a", 9.0, 11.0, [(9.9, 9.89), (10.2, 10.15), (10.3, 10.25)]),
+        # on another path: its next packet after the cut went straight through
+        _row("b", 9.5, 11.0, [(10.01, 10.004), (10.05, 10.04)]),
+        _row("done", 8.0, 9.5, [(9.4, 9.3)]),          # finished before the cut
+        _row("later", 10.5, 11.0, [(10.9, 10.8)]),     # started after it
+    ]
+    assert failures.reroute_ms(rows, cut) == pytest.approx(150.0)
+    assert failures.reroute_ms(rows, None) is None
+    assert failures.reroute_ms(rows[2:], cut) is None
+
+
+def test_stall_is_the_longest_gap_in_any_transfers_delivery():
+    rows = [_row("a", 1.0, 2.0, [(1.05, 1.0), (1.1, 1.05), (1.6, 1.55), (2.0, 1.95)]),
+            _row("b", 1.0, 1.5, [(1.3, 1.2), (1.5, 1.45)])]   # 300 ms to its first packet
+    assert failures.stall_ms(rows) == pytest.approx(500.0)
+    assert failures.stall_ms([{"send_start": 1.0}]) is None
+
+
+def test_lost_bytes_counts_what_never_arrived():
+    rows = [_row("a", 1.0, 2.0, [], nbytes=3000), _row("b", 1.0, None, [], 3000, received=1000)]
+    assert failures.lost_bytes(rows) == 2000
+
+
+def test_controller_reaction_is_its_first_route_update_for_a_port_down():
+    events = [{"time": 9.0, "what": "r0l0 port 5 down: updated 3 switches"},
+              {"time": 10.02, "what": "r0l0 weights: updated 1 switches"},
+              {"time": 10.03, "what": "sp0 port 1 down: updated 5 switches"}]
+    assert failures.controller_ms(events, 10.0) == pytest.approx(30.0)
+    assert failures.controller_ms(events, None) is None
+    assert failures.controller_ms(events[:2], 10.0) is None
+
+
+def test_delivery_timeline_bins_every_arrival_and_keeps_empty_bins():
+    rows = [_row("a", 0.0, 1.0, [(10.01, 0), (10.02, 0), (10.16, 0)]),
+            _row("b", 0.0, 1.0, [(9.97, 0)])]
+    assert failures.delivery_timeline(rows, origin=10.0, bin_s=0.05) == [
+        (-0.05, 1), (0.0, 2), (0.05, 0), (0.1, 0), (0.15, 1)]
+
+
+def test_slowdown_is_against_the_healthy_run_of_the_same_policy_and_seed():
+    rows = [{"scenario": "healthy", "policy": "ecmp", "seed": 0, "time_s": 2.0},
+            {"scenario": "link-down", "policy": "ecmp", "seed": 0, "time_s": 3.0},
+            {"scenario": "healthy", "policy": "spray", "seed": 0, "time_s": 1.0},
+            {"scenario": "link-down", "policy": "spray", "seed": 0, "time_s": 1.5},
+            {"scenario": "link-down", "policy": "spray", "seed": 1, "time_s": 1.5},
+            {"scenario": "degraded", "policy": "ecmp", "seed": 0, "time_s": None}]
+    failures.add_slowdowns(rows)
+    assert [r["slowdown"] for r in rows] == [1.0, 1.5, 1.0, 1.5, None, None]
+
+
+# --- the ideal slowdown ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small():
+    # two leaves of one host each, two spines; every link 10 Mbit/s
+    graph = topologies.build("leaf-spine,leaves=2,spines=2,hosts_per_leaf=1")
+    return graph, ideal.link_capacity(graph, {frozenset(e): 10.0 for e in graph.edges})
+
+
+def _ideal(graph, base, scenario=None, events=(), slow=None):
+    transfers = [Transfer("x", "l0h0", "l1h0", 1_250_000)]   # 10 Mbit
+    return failures.ideal_time_s(graph, transfers, base, ideal.Overhead(), scenario,
+                                 list(events), slow)
+
+
+def test_ideal_with_a_spare_path_is_bound_by_the_host_link(small):
+    graph, base = small
+    healthy = _ideal(graph, base)
+    assert healthy == pytest.approx(1.0)
+    cut = failures.Scenario("link-down", (), target="l0-s0")
+    # one of two uplinks lost at 0.5 s: the other still carries the whole 10 Mbit/s
+    assert _ideal(graph, base, cut, [(0.5, False, (("l0", "s0"),))]) == pytest.approx(1.0)
+
+
+def test_ideal_slows_when_the_remaining_capacity_is_below_the_demand(small):
+    graph, base = small
+    half = dict(base)
+    for a, b in graph.edges:
+        if fg.is_switch(graph, a) and fg.is_switch(graph, b):
+            half[(a, b)] = half[(b, a)] = 5.0   # two 5 Mbit/s paths: 10 in all
+    assert _ideal(graph, half) == pytest.approx(1.0)
+    # one path down at 0.5 s: the last 5 Mbit go at 5 Mbit/s, ending at 1.5 s
+    cut = failures.Scenario("link-down")
+    assert _ideal(graph, half, cut, [(0.5, False, (("l0", "s0"),))]) == pytest.approx(1.5)
+    # one path at a quarter (1.25 Mbit/s) from the start: 6.25 Mbit/s, 1.6 s
+    slow = failures.Scenario("degraded", slow=(("l0", "s0"),))
+    assert _ideal(graph, half, slow, slow=1.25) == pytest.approx(1.6)
+
+
+# --- run() against a fake fabric ------------------------------------------------------------
+
+class FakeEmulation:
+    """Records link actions; no system is touched."""
+
+    actions: list = []
+
+    def __init__(self, graph, options):
+        self.graph = graph
+        self.options = options
+        self.report = SimpleNamespace(rate_plan=capacity.plan_rates(
+            graph, options.host_mbps or 3.0, enforce_budget=False))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def set_link_state(self, links, up):
+        FakeEmulation.actions.append(("up" if up else "down", tuple(links)))
+
+    def set_link_rate(self, a, b, mbps):
+        FakeEmulation.actions.append(("rate", ((a, b),), mbps))
+
+    def wait_until_healed(self):
+        FakeEmulation.actions.append(("healed",))
+
+    def controller_status(self):
+        return {"events": [{"time": time.time(), "what": "r0l0 port 5 down: updated 2 switches"}]}
+
+
+def _fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, during=None):
+    assert transport.timeline, "failures needs the receivers' arrival records"
+    hosts = {ep: [] for ep in fg.endpoints(emu.graph)}
+    plan = Plan(list(transfers), hosts, transport, time.time() - 1.0)  # already started
+    with during(emu, plan):
+        time.sleep(0.05)  # the injector acts on what is due
+    t0 = plan.start_at
+    rows = [{"id": t.id, "src": t.src, "dst": t.dst, "bytes": t.bytes, "recv_bytes": t.bytes,
+             "send_start": t0, "recv_end": t0 + 2.0, "fct_s": 2.0, "send_rto_count": 0,
+             "path": None,
+             "send_packets_sent": 10, "recv_packets_received": 10,
+             "recv_arrivals": [[t0 + 0.1 * k, t0 + 0.1 * k - 0.01] for k in range(1, 20)]}
+            for t in transfers]
+    return SimpleNamespace(transfer_rows=lambda: rows, errors=[], plan=plan,
+                           fidelity=[fidelity.Check("ovs_input_delay_ms", 0.1, 1.0, True)])
+
+
+def test_run_injects_restores_and_writes_rows_summary_and_figures(tmp_path, monkeypatch):
+    FakeEmulation.actions = []
+    monkeypatch.setattr(failures, "Emulation", FakeEmulation)
+    monkeypatch.setattr(common, "traffic_run", _fake_traffic)
+    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+        "idle_path_rate", 0.98, 0.9, True))
+    monkeypatch.setattr(failures, "FAIL_AT", 0.0)   # every cut is due at once
+    outcome = failures.run(RunContext(tmp_path, quick=True))
+    assert outcome["fidelity"]["valid"] and outcome["seeds"] == [0]
+    runs = results.read_csv(tmp_path / "runs.csv")
+    assert [(r["scenario"], r["policy"]) for r in runs] == [
+        (s, p) for p in failures.POLICIES for s in failures.SCENARIOS]
+    assert all(r["valid"] == "True" and r["slowdown"] == "1.0" for r in runs)
+    by = {(r["scenario"], r["policy"]): r for r in runs}
+    assert by[("healthy", "ecmp")]["ideal_slowdown"] == "1.0"
+    assert float(by[("spine-down", "ecmp")]["ideal_slowdown"]) > 1.0
+    assert by[("link-down", "ecmp")]["cuts"] == "1" and by[("healthy", "ecmp")]["cuts"] == "0"
+    assert by[("link-down", "spray")]["reroute_ms"] not in ("", None)
+    # every cut link was restored, every slowed one set back, and the fabric healed
+    downs = [a for a in FakeEmulation.actions if a[0] == "down"]
+    ups = [a for a in FakeEmulation.actions if a[0] == "up"]
+    assert downs and all(any(set(d[1]) <= set(u[1]) for u in ups) for d in downs)
+    rates = [a[2] for a in FakeEmulation.actions if a[0] == "rate"]
+    assert len(rates) == 2 * len(failures.POLICIES) and rates[0] == pytest.approx(rates[1] / 4)
+    assert sum(a[0] == "healed" for a in FakeEmulation.actions) == len(runs)
+    summary = results.read_json(tmp_path / "summary.json")
+    assert summary["experiment"] == "failures" and summary["anchors"]
+    assert "fidelity: valid" in format_table("failures", outcome)
+    names = {p.name for p in failures.plot(tmp_path)}
+    assert {"slowdown.png", "timeline.png"} <= names
+
+
+def test_quick_run_estimate_is_a_few_minutes(rail):
+    assert 60 < failures.estimate_duration_s(rail, quick=True) < 600
+    assert failures.estimate_duration_s(rail, quick=False) > failures.estimate_duration_s(
+        rail, quick=True)
