@@ -1,8 +1,10 @@
 """Adaptive app: spraying plus bucket weights driven by port telemetry.
 
-Polls every switch's port counters each ``interval_s`` and lets
-:class:`fabric.routing.adaptive.AdaptiveBalancer` move weight away from hot uplinks
-and back; changed groups are modified in place over OpenFlow 1.5.
+Each ``interval_s`` it sends a link probe out of every live switch-to-switch
+port (:mod:`fabric.routing.probes`) and polls every switch's port counters;
+:class:`fabric.routing.adaptive.AdaptiveBalancer` turns counters and probe
+delays into weights that move traffic away from hot or slow uplinks and
+back. Changed groups are modified in place over OpenFlow 1.5.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from os_ken.controller.handler import MAIN_DISPATCHER, set_ev_cls
 from os_ken.lib import hub
 
 from controllers.base import PolicyApp
+from fabric.model import graph as fg
 from fabric.model.intents import SwitchIntent
 from fabric.routing.adaptive import AdaptiveBalancer
 from fabric.routing.policies import compute_intents
+from fabric.routing.probes import ProbeRounds, probe_frame, probe_seq
 
 
 class AdaptiveApp(PolicyApp):
@@ -27,6 +31,8 @@ class AdaptiveApp(PolicyApp):
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.balancer: AdaptiveBalancer | None = None
+        self.probes = ProbeRounds()
+        self.probes_returned = 0
         super().__init__(*args, **kwargs)
 
     def compute(self) -> dict[str, SwitchIntent]:
@@ -47,10 +53,54 @@ class AdaptiveApp(PolicyApp):
 
     def _poll(self) -> None:
         while True:
+            self.probe_round()
             for datapath in list(self.datapaths.values()):
                 parser, ofp = datapath.ofproto_parser, datapath.ofproto
                 datapath.send_msg(parser.OFPPortStatsRequest(datapath, 0, ofp.OFPP_ANY))
             hub.sleep(self.config.adaptive.interval_s)
+
+    def probe_round(self) -> None:
+        """Feed the last round's queueing delays to the balancer, then send one probe
+        out of every live switch-to-switch port of every connected switch."""
+        now = time.monotonic()
+        for (switch, port), delay in self.probes.close_round(now).items():
+            was_slow = self.balancer.learned_capacity_bps(switch, port) is not None
+            self.balancer.observe_queueing(switch, port, delay)
+            if was_slow != (self.balancer.learned_capacity_bps(switch, port) is not None):
+                self._event(f"{switch} port {port} {'recovered' if was_slow else 'slow'}")
+        for (switch, port), nbr in self.neighbour.items():
+            datapath = self.datapaths.get(switch)
+            if (datapath is None or (switch, port) in self.port_down
+                    or not fg.is_switch(self.graph, nbr)):
+                continue
+            parser, ofp = datapath.ofproto_parser, datapath.ofproto
+            datapath.send_msg(parser.OFPPacketOut(
+                datapath, buffer_id=ofp.OFP_NO_BUFFER,
+                match=parser.OFPMatch(in_port=ofp.OFPP_CONTROLLER),
+                actions=[parser.OFPActionOutput(port)],
+                data=probe_frame(self.probes.sent(switch, port, now))))
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _on_probe(self, ev: Any) -> None:
+        seq = probe_seq(bytes(ev.msg.data))
+        if seq is None:
+            return
+        if self.probes.received(seq, time.monotonic()):
+            self.probes_returned += 1
+
+    def status(self) -> dict:
+        """The base status plus the slow ports found and the probes returned."""
+        slow = self.balancer.slow_ports() if self.balancer is not None else {}
+        return {**super().status(), "probes_returned": self.probes_returned,
+                "slow_ports": [{"switch": sw, "port": port, "share": round(share, 3)}
+                               for (sw, port), share in sorted(slow.items())]}
+
+    def _set_port(self, switch: str, port: int, down: bool) -> bool:
+        changed = super()._set_port(switch, port, down)
+        if changed and self.balancer is not None:  # a new link state: relearn its capacity
+            self.balancer.forget(switch, port)
+            self.probes.forget(switch, port)
+        return changed
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def _on_port_stats(self, ev: Any) -> None:

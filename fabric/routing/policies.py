@@ -7,17 +7,20 @@
   vSwitch has no per-packet select method, so the switches cannot spray
   on their own.
 * ``adaptive``: spraying plus bucket weights from port telemetry
-  (:mod:`fabric.routing.adaptive`).
+  (:mod:`fabric.routing.adaptive`); table 0 also returns link probes to
+  the controller (:mod:`fabric.routing.probes`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable
 
 import networkx as nx
 
 from fabric.model.intents import SwitchIntent
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
+from fabric.routing.probes import PROBE_FLOW
 from fabric.routing.tables import Weights, build_intents, route_tables
 
 POLICIES = ("ecmp", "spray", "adaptive")
@@ -52,5 +55,9 @@ def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = ()
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     if policy != "adaptive" and weights:
         raise ValueError(f"{policy} uses equal weights")
-    return build_intents(graph, route_tables(graph, down), lanes, weights, previous,
-                         default_weight)
+    intents = build_intents(graph, route_tables(graph, down), lanes, weights, previous,
+                            default_weight)
+    if policy == "adaptive":
+        intents = {sw: dataclasses.replace(intent, flows=intent.flows + (PROBE_FLOW,))
+                   for sw, intent in intents.items()}
+    return intents

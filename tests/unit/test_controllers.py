@@ -29,6 +29,7 @@ from controllers.spray import SprayApp  # noqa: E402
 from fabric.model import graph as fg  # noqa: E402
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, THREE_LANES  # noqa: E402
 from fabric.routing.config import ControllerConfig  # noqa: E402
+from fabric.routing.probes import probe_frame  # noqa: E402
 from fabric.testing import FakeFabric  # noqa: E402
 
 APPS = {"ecmp": EcmpApp, "spray": SprayApp, "adaptive": AdaptiveApp}
@@ -222,6 +223,41 @@ def test_adaptive_moves_weight_off_a_hot_uplink_and_back():
     assert restored_at is not None and restored_at - last_cut > params.hold_s
     assert fabric.group_mods(leaf) > 1  # modified in place over OpenFlow 1.5
     clean(fabric, app)
+
+
+def test_adaptive_probes_every_live_switch_link_and_times_their_return():
+    fabric, app = up("rail-clos", "adaptive")
+    graph = fabric.graph
+    fabric.set_link("r0l0", "sp1", False)
+    links = {(sw, fg.port(graph, sw, nbr)): nbr for sw in fg.switches(graph)
+             for nbr in graph.neighbors(sw) if fg.is_switch(graph, nbr)}
+    live = {key: nbr for key, nbr in links.items() if {key[0], nbr} != {"r0l0", "sp1"}}
+    start = len(fabric.packet_outs)
+    app.probe_round()
+    outs = fabric.packet_outs[start:]
+    assert sorted((sw, msg.actions[0].port) for sw, msg, _ in outs) == sorted(live)
+    for sw, msg, trace in outs:
+        # One hop, then the next switch hands it to the controller, ahead of any route.
+        assert [h.to for h in trace.hops] == [live[(sw, msg.actions[0].port)]]
+        (pin,) = trace.packet_ins
+        assert pin.switch == live[(sw, msg.actions[0].port)] and not trace.delivered
+        fabric.packet_in(pin.switch, pin.in_port, pin.data)
+    assert app.probes_returned == len(live)
+    assert all(app.probes.base_delay(*key) is not None for key in live)
+    assert app.probes.base_delay("r0l0", fg.port(graph, "r0l0", "sp1")) is None
+    app.probe_round()  # closes the round: nothing queued, nothing slow
+    assert app.balancer.slow_ports() == {} and app.status()["slow_ports"] == []
+    clean(fabric, app)
+
+
+def test_only_adaptive_returns_probes_to_the_controller():
+    for policy, expected in (("ecmp", False), ("adaptive", True)):
+        fabric, app = up("rail-clos", policy)
+        trace = fabric.trace(probe_frame(7), switch="sp0", in_port=fg.port(fabric.graph, "sp0",
+                                                                             "r0l0"))
+        assert trace.to_controller == expected, policy
+        assert not trace.delivered and not trace.hops
+        clean(fabric, app)
 
 
 # --- virtual lanes --------------------------------------------------------------------------
