@@ -34,6 +34,8 @@ from fabric.routing.policies import POLICIES
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
 CONTROLLER_READY_TIMEOUT_S = 20.0
+# Status keys that list what is broken: links down, and (adaptive) links found slow.
+HEALTH_KEYS = ("down_links", "slow_ports")
 # Socket buffers for userspace OVS's AF_PACKET sockets (DESIGN.md section 3):
 # receive sockets take rmem_default when ports are created, the send socket
 # takes wmem_default when it is created. IPv6 stays off on new interfaces so
@@ -206,14 +208,16 @@ class Emulation:
             system.run(["ip", "-batch", "-"], input_text="".join(lines))
 
     def wait_until_healed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
-        """Block until the controller knows no link down and has confirmed every
-        switch's routes (after :meth:`set_link_state` restored the links)."""
+        """Block until the controller knows no link down or slow and has confirmed
+        every switch's routes (after :meth:`set_link_state` or :meth:`set_link_rate`
+        restored the links)."""
         deadline = time.monotonic() + timeout_s
-        while self.controller_status().get("down_links"):
+        while any((status := self.controller_status()).get(key) for key in HEALTH_KEYS):
             if time.monotonic() > deadline:
-                raise EmulationError(f"the controller still reports links down after "
-                                     f"{timeout_s:.0f} s: "
-                                     f"{self.controller_status().get('down_links')}")
+                raise EmulationError(f"the controller still reports links down or slow after "
+                                     f"{timeout_s:.0f} s: " + "; ".join(
+                                         f"{key} {status[key]}" for key in HEALTH_KEYS
+                                         if status.get(key)))
             time.sleep(0.02)
         self.wait_until_routed(max(1.0, deadline - time.monotonic()))
 
