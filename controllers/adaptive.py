@@ -63,11 +63,10 @@ class AdaptiveApp(PolicyApp):
         """Feed the last round's queueing delays to the balancer, then send one probe
         out of every live switch-to-switch port of every connected switch."""
         now = time.monotonic()
+        before = self.balancer.slow_ports()
         for (switch, port), delay in self.probes.close_round(now).items():
-            was_slow = self.balancer.learned_capacity_bps(switch, port) is not None
             self.balancer.observe_queueing(switch, port, delay)
-            if was_slow != (self.balancer.learned_capacity_bps(switch, port) is not None):
-                self._event(f"{switch} port {port} {'recovered' if was_slow else 'slow'}")
+        self._report_slow(before)
         for (switch, port), nbr in self.neighbour.items():
             datapath = self.datapaths.get(switch)
             if (datapath is None or (switch, port) in self.port_down
@@ -87,6 +86,14 @@ class AdaptiveApp(PolicyApp):
             return
         if self.probes.received(seq, time.monotonic()):
             self.probes_returned += 1
+
+    def _report_slow(self, before: dict[tuple[str, int], float]) -> None:
+        """An event (and a fresh status file) for every port found slow or recovered."""
+        after = self.balancer.slow_ports()
+        for switch, port in sorted(after.keys() - before.keys()):
+            self._event(f"{switch} port {port} slow: {after[(switch, port)]:.0%} of its rate")
+        for switch, port in sorted(before.keys() - after.keys()):
+            self._event(f"{switch} port {port} recovered")
 
     def status(self) -> dict:
         """The base status plus the slow ports found and the probes returned."""
@@ -109,8 +116,10 @@ class AdaptiveApp(PolicyApp):
             return
         now = time.monotonic()
         ofp = ev.msg.datapath.ofproto
+        before = self.balancer.slow_ports()
         self.balancer.observe(switch, now, {s.port_no: (s.tx_bytes, s.tx_dropped)
                                             for s in ev.msg.body if s.port_no < ofp.OFPP_MAX})
+        self._report_slow(before)
         port_sets = [tuple(b.port for b in g.buckets) for g in self.intents[switch].groups]
         if self.balancer.rebalance(switch, now, port_sets):
             self.refresh(f"{switch} weights")
