@@ -192,6 +192,8 @@ def inject(emu: Emulation, plan: Plan, injection: Injection) -> Iterator[Injecti
                 while (left := plan.start_at + action.at - time.time()) > 0:
                     if stop.wait(min(left, POLL_S)):
                         return
+                injection.controller_events = merge_events(
+                    injection.controller_events, emu.controller_status().get("events", []))
                 emu.set_link_state(action.links, action.up)
                 injection.events.append((time.time(), action.up, action.links))
         except Exception as exc:  # the run is reported invalid; links restored below
@@ -207,7 +209,8 @@ def inject(emu: Emulation, plan: Plan, injection: Injection) -> Iterator[Injecti
     finally:
         stop.set()
         thread.join()
-        injection.controller_events = emu.controller_status().get("events", [])
+        injection.controller_events = merge_events(
+            injection.controller_events, emu.controller_status().get("events", []))
         emu.set_link_state([link for a in scenario.actions for link in a.links], True)
         for link, mbps in rates.items():
             emu.set_link_rate(*link, mbps)
@@ -215,6 +218,18 @@ def inject(emu: Emulation, plan: Plan, injection: Injection) -> Iterator[Injecti
 
 
 # --- measurements (pure) -----------------------------------------------------------------
+
+def merge_events(known: list[dict[str, Any]], latest: list[dict[str, Any]]
+                 ) -> list[dict[str, Any]]:
+    """``known`` plus the controller events of ``latest`` it lacks.
+
+    The status file keeps only the controller's last events; the injector
+    reads it before every action, so a long flapping run keeps the events of
+    its first cut.
+    """
+    seen = {(e.get("time"), e.get("what")) for e in known}
+    return known + [e for e in latest if (e.get("time"), e.get("what")) not in seen]
+
 
 def first_cut(injection: Injection) -> float | None:
     """Wall time of the first link cut (None: nothing was cut)."""

@@ -178,6 +178,41 @@ def test_ideal_slows_when_the_remaining_capacity_is_below_the_demand(small):
     assert _ideal(graph, half, slow, slow=1.25) == pytest.approx(1.6)
 
 
+def test_the_injector_keeps_controller_events_the_status_window_dropped():
+    link = (("r0l0", "sp0"),)
+
+    class WindowOfOne:
+        """A controller status that, like a busy real one, shows only its last event."""
+
+        report = SimpleNamespace(rate_plan=SimpleNamespace(link_mbps={}))
+
+        def __init__(self):
+            self.events = []
+
+        def set_link_state(self, links, up):
+            self.events.append({"time": time.time() + 0.005,  # the controller reacts
+                                "what": f"r0l0 port 5 {'up' if up else 'down'}: updated 1"})
+
+        def wait_until_healed(self):
+            pass
+
+        def controller_status(self):
+            return {"events": self.events[-1:]}
+
+    emu = WindowOfOne()
+    scenario = failures.Scenario("flapping", tuple(
+        failures.Action(0.02 * i, i % 2 == 1, link) for i in range(4)))
+    injection = failures.Injection(scenario)
+    plan = SimpleNamespace(start_at=time.time())
+    with failures.inject(emu, plan, injection):
+        time.sleep(0.2)
+    acted = emu.events[:len(scenario.actions)]   # then the injector restores the link
+    assert injection.controller_events == acted
+    cut = failures.first_cut(injection)
+    assert failures.controller_ms(injection.controller_events, cut) < 10.0  # the first cut's
+    assert failures.merge_events(emu.events[:2], emu.events[1:]) == emu.events
+
+
 # --- run() against a fake fabric ------------------------------------------------------------
 
 class FakeEmulation:
