@@ -1,4 +1,5 @@
-"""Start one policy app under os-ken's app manager, on loopback by default.
+"""Start one policy app (or your own, ``--app``) under os-ken's app manager, on
+loopback by default.
 
 os-ken 4.x has no ``osken-manager``; we load the app ourselves. The os-ken
 modules that register configuration options must be imported before
@@ -12,7 +13,7 @@ import importlib
 import logging
 import sys
 
-from controllers import POLICIES, runtime
+from controllers import POLICIES, runtime, userapp
 from fabric import argtypes
 from fabric.emulation.system import PortBusyError, check_port_free
 from fabric.routing.config import ControllerConfig, load_controller_config
@@ -25,7 +26,10 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     """Arguments of ``fabric controller`` (``add_help=False`` to use it as a parent)."""
     parser = argtypes.ArgumentParser(prog="fabric controller", add_help=add_help,
                                      description="Run a routing policy as an os-ken app.")
-    parser.add_argument("policy", choices=sorted(POLICIES))
+    parser.add_argument("policy", nargs="?", choices=sorted(POLICIES),
+                        help="a built-in routing policy (or give --app)")
+    parser.add_argument("--app", default=None,
+                        help="your own os-ken app instead: MODULE:CLASS or path/to/app.py:CLASS")
     parser.add_argument("--topo", default=None, help="topology spec (default: rail-clos)")
     parser.add_argument("--host", default=DEFAULT_HOST, type=argtypes.ip_address,
                         help="listen address (default: loopback)")
@@ -48,18 +52,25 @@ def run(args: argparse.Namespace) -> int:
     import topologies  # the builders; imported here to keep `controllers` light
 
     try:
+        if (args.policy is None) == (args.app is None):
+            raise ValueError("give a policy or --app, not both")
         graph = topologies.build(args.topo or topologies.DEFAULT_SPEC)
         try:
             config = load_controller_config(args.config) if args.config else ControllerConfig()
         except ValueError as exc:
             raise ValueError(f"argument --config: {exc}") from None
         check_port_free(args.host, args.port)
+        # import the app before os-ken parses options: a broken app fails here, in one line
+        app = (userapp.load_app_class(userapp.parse_app_spec(args.app)) if args.app
+               else importlib.import_module(POLICIES[args.policy]))
+    except userapp.AppSpecError as exc:
+        print(f"fabric controller: argument --app: {exc}", file=sys.stderr)
+        return 2
     except (ValueError, PortBusyError) as exc:
         print(f"fabric controller: {exc}", file=sys.stderr)
         return 2
-    app_module = POLICIES[args.policy]
-    importlib.import_module(app_module)  # fail before os-ken parses options
     import os_ken.controller.controller  # noqa: F401  registers the ofp-* options
+    from controllers.base import PolicyApp
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
 
@@ -68,8 +79,14 @@ def run(args: argparse.Namespace) -> int:
     runtime.configure(runtime.RuntimeConfig(graph, args.status_file, config))
     cfg.CONF(args=["--ofp-listen-host", args.host, "--ofp-tcp-listen-port", str(args.port)],
              project="os_ken")
+    if args.app and args.status_file and not issubclass(app, PolicyApp):
+        # this app cannot say when its routes are in: the emulation waits for connections
+        userapp.write_plain_status(args.status_file, args.app)
     try:
-        AppManager.run_apps([app_module])
+        if args.app:
+            userapp.run_app(app)
+        else:
+            AppManager.run_apps([POLICIES[args.policy]])
     except KeyboardInterrupt:
         pass
     return 0

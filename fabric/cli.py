@@ -74,7 +74,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
                                controller_port=args.port, lanes=_lanes(args),
-                               tcp_cc=args.tcp_cc)
+                               tcp_cc=args.tcp_cc, controller_app=args.controller_app)
     print(format_summary(summarize(graph)))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report))
@@ -138,7 +138,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
                                controller_port=args.port, lanes=_lanes(args),
-                               tcp_cc=args.tcp_cc)
+                               tcp_cc=args.tcp_cc, controller_app=args.controller_app)
     transport = TransportSpec(args.transport, connections=args.connections,
                               entropy=args.entropy, cc=args.cc)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))
@@ -287,6 +287,18 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
+def _controller_app(text: str) -> str:
+    """An app spec whose class imports and is an os-ken app (checked before bring-up)."""
+    from controllers import userapp
+
+    try:
+        spec = userapp.parse_app_spec(text)
+        userapp.load_app_class(spec)
+    except userapp.AppSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return str(spec)
+
+
 def _emulation_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--routing", default="ecmp", choices=POLICIES,
                         help="routing policy (default: ecmp)")
@@ -309,6 +321,11 @@ def _emulation_args(parser: argparse.ArgumentParser) -> None:
                              "has (default: cubic)")
     parser.add_argument("--port", type=argtypes.port, default=6653,
                         help="controller port on loopback (default: 6653)")
+    parser.add_argument("--controller-app", metavar="MODULE:CLASS", type=_controller_app,
+                        default=None,
+                        help="run your own os-ken app (MODULE:CLASS or path/to/app.py:CLASS) "
+                             "instead of --routing's; it reads the fabric graph and rate scale "
+                             "from controllers.runtime.current()")
 
 
 def build_parser() -> argparse.ArgumentParser:

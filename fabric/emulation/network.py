@@ -85,6 +85,7 @@ class EmulationOptions:
     busy_links: int | None = None  # endpoint links the workload loads at once (None: all)
     enforce_budget: bool = True  # False only to benchmark beyond the forwarding budget
     tcp_cc: str = "cubic"  # TCP congestion control of every emulated host
+    controller_app: str | None = None  # your own os-ken app, MODULE:CLASS or app.py:CLASS
 
 
 @dataclass
@@ -315,7 +316,9 @@ class Emulation:
         log = open(self.workdir / "controller.log", "wb")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))
-        args = [sys.executable, "-m", "controllers", self.options.policy,
+        app = (["--app", self.options.controller_app] if self.options.controller_app
+               else [self.options.policy])
+        args = [sys.executable, "-m", "controllers", *app,
                 "--topo", self.graph.graph["spec"], "--host", "127.0.0.1",
                 "--port", str(self.options.controller_port), "--status-file", str(status),
                 "--config", str(config)]
@@ -393,10 +396,16 @@ class Emulation:
             intf.prefixLen = int(nic["prefix"].split("/")[1])
 
     def wait_until_routed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
-        """Block until the controller has confirmed every switch's routes."""
-        want = len(fg.switches(self.graph))
+        """Block until the controller has confirmed every switch's routes.
+
+        An app that cannot say when its routes are in (your own, not built on
+        :class:`controllers.base.PolicyApp`: its status says
+        ``"reports_ready": false``) is waited for until every switch's
+        controller connection is up.
+        """
+        switches = fg.switches(self.graph)
         deadline = time.monotonic() + timeout_s
-        status: dict = {}
+        done, reports = 0, True
         while time.monotonic() < deadline:
             if self._controller.poll() is not None:
                 raise EmulationError(f"the controller exited ({self._controller.returncode}): "
@@ -404,12 +413,16 @@ class Emulation:
             status = self.controller_status()
             if status.get("errors"):
                 raise EmulationError(f"the controller reported: {status['errors'][0]}")
-            if len(status.get("ready", [])) == want:
+            reports = status.get("reports_ready", True)
+            done = (len(status.get("ready", [])) if reports
+                    else len(ovs.connected_bridges(switches)))
+            if done == len(switches):
                 return
-            time.sleep(0.02)
-        raise EmulationError(f"only {len(status.get('ready', []))} of {want} switches had their "
-                             f"routes confirmed within {timeout_s:.0f} s; "
-                             f"controller log: {_tail(self.workdir / 'controller.log')}")
+            time.sleep(0.02 if reports else 0.2)
+        what = "had their routes confirmed" if reports else "connected"
+        raise EmulationError(f"only {done} of {len(switches)} switches {what} within "
+                             f"{timeout_s:.0f} s; controller log: "
+                             f"{_tail(self.workdir / 'controller.log')}")
 
     # -- teardown -------------------------------------------------------------
 

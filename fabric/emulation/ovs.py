@@ -94,6 +94,24 @@ def tagged_bridges() -> dict[str, str]:
     return found
 
 
+def _uuids(value: list) -> set[str]:
+    """The UUIDs of an OVSDB JSON value: ``["uuid", u]`` or ``["set", [...]]``."""
+    kind, data = value
+    return {data} if kind == "uuid" else {item[1] for item in data}
+
+
+def connected_bridges(names: list[str]) -> set[str]:
+    """The bridges among ``names`` with every controller connection up."""
+    def table(*args: str) -> list:
+        return json.loads(system.run(["ovs-vsctl", "--timeout=5", "--format=json",
+                                      *args]).stdout)["data"]
+
+    up = set().union(*(_uuids(uuid) for (uuid,) in table(
+        "--columns=_uuid", "find", "Controller", "is_connected=true")))
+    return {name for name, controllers in table("--columns=name,controller", "list", "Bridge")
+            if name in names and _uuids(controllers) and _uuids(controllers) <= up}
+
+
 def delete_bridges(names: list[str]) -> None:
     """Delete ``names`` from ovsdb, and the devices ovs-vswitchd would have removed."""
     if not names:
