@@ -74,7 +74,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
                                controller_port=args.port, lanes=_lanes(args),
-                               tcp_cc=args.tcp_cc, controller_app=args.controller_app)
+                               tcp_cc=args.tcp_cc, controller_app=args.controller_app,
+                               remote_controller=args.controller)
     print(format_summary(summarize(graph)))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report))
@@ -138,7 +139,8 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
                                controller_port=args.port, lanes=_lanes(args),
-                               tcp_cc=args.tcp_cc, controller_app=args.controller_app)
+                               tcp_cc=args.tcp_cc, controller_app=args.controller_app,
+                               remote_controller=args.controller)
     transport = TransportSpec(args.transport, connections=args.connections,
                               entropy=args.entropy, cc=args.cc)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))
@@ -299,6 +301,17 @@ def _controller_app(text: str) -> str:
     return str(spec)
 
 
+def _remote_controller(text: str) -> str:
+    """A ``remote:HOST:PORT`` on loopback (whether it listens is checked at bring-up)."""
+    from fabric.emulation.system import parse_remote_controller
+
+    try:
+        parse_remote_controller(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _emulation_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--routing", default="ecmp", choices=POLICIES,
                         help="routing policy (default: ecmp)")
@@ -321,11 +334,16 @@ def _emulation_args(parser: argparse.ArgumentParser) -> None:
                              "has (default: cubic)")
     parser.add_argument("--port", type=argtypes.port, default=6653,
                         help="controller port on loopback (default: 6653)")
-    parser.add_argument("--controller-app", metavar="MODULE:CLASS", type=_controller_app,
-                        default=None,
-                        help="run your own os-ken app (MODULE:CLASS or path/to/app.py:CLASS) "
-                             "instead of --routing's; it reads the fabric graph and rate scale "
-                             "from controllers.runtime.current()")
+    controller = parser.add_mutually_exclusive_group()
+    controller.add_argument("--controller-app", metavar="MODULE:CLASS", type=_controller_app,
+                            default=None,
+                            help="run your own os-ken app (MODULE:CLASS or path/to/app.py:CLASS) "
+                                 "instead of --routing's; it reads the fabric graph and rate "
+                                 "scale from controllers.runtime.current()")
+    controller.add_argument("--controller", metavar="remote:HOST:PORT", type=_remote_controller,
+                            default=None,
+                            help="use a controller that is already running on loopback (e.g. "
+                                 "remote:127.0.0.1:6633) instead of starting one")
 
 
 def build_parser() -> argparse.ArgumentParser:

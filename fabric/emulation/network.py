@@ -86,6 +86,7 @@ class EmulationOptions:
     enforce_budget: bool = True  # False only to benchmark beyond the forwarding budget
     tcp_cc: str = "cubic"  # TCP congestion control of every emulated host
     controller_app: str | None = None  # your own os-ken app, MODULE:CLASS or app.py:CLASS
+    remote_controller: str | None = None  # remote:HOST:PORT, already running, on loopback
 
 
 @dataclass
@@ -239,7 +240,8 @@ class Emulation:
                 self._record_and_set_sysctls()
                 self.report.warnings += ovs.ensure_running(self.report.datapath)
             with _phase(self.report, "controller"):
-                self._start_controller()
+                if not self.options.remote_controller:
+                    self._start_controller()
             with _phase(self.report, "network"):
                 self._build_network()
             with _phase(self.report, "configure"):
@@ -274,7 +276,15 @@ class Emulation:
                                      f"wait for it or stop it and run `fabric clean`")
             runstate.undo(other)  # a dead run's leftovers would collide with ours
         ovs.delete_bridges(runstate.orphan_bridges())
-        system.check_port_free("127.0.0.1", self.options.controller_port)
+        if self.options.remote_controller and self.options.controller_app:
+            raise EmulationError("a remote controller and a controller app exclude each other")
+        if self.options.remote_controller:
+            try:
+                system.check_listening(*self.controller_address)
+            except (ValueError, system.NotListeningError) as exc:
+                raise EmulationError(f"remote controller: {exc}") from None
+        else:
+            system.check_port_free(*self.controller_address)
         clashes = [sw for sw in fg.switches(self.graph) if Path(f"/sys/class/net/{sw}").exists()]
         if clashes:
             raise EmulationError(f"interfaces {', '.join(clashes[:5])} already exist; "
@@ -340,8 +350,8 @@ class Emulation:
         self.net = net
         # every node's shell is recorded: teardown and `fabric clean` stop them all, even
         # when the process that started them lives on (an interpreter using the API)
-        controller = net.addController("c0", controller=RemoteController, ip="127.0.0.1",
-                                       port=self.options.controller_port)
+        host, port = self.controller_address
+        controller = net.addController("c0", controller=RemoteController, ip=host, port=port)
         self.state.add_process(controller.pid, expect="mininet:c0")
         datapath = "user" if self.report.datapath == "user" else "kernel"
         for sw in fg.switches(self.graph):
@@ -395,6 +405,13 @@ class Emulation:
             intf.ip, intf.mac = nic["ip"], nic["mac"]
             intf.prefixLen = int(nic["prefix"].split("/")[1])
 
+    @property
+    def controller_address(self) -> tuple[str, int]:
+        """Where the switches connect: the remote controller's, or ours on loopback."""
+        if self.options.remote_controller:
+            return system.parse_remote_controller(self.options.remote_controller)
+        return "127.0.0.1", self.options.controller_port
+
     def wait_until_routed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
         """Block until the controller has confirmed every switch's routes.
 
@@ -407,13 +424,14 @@ class Emulation:
         deadline = time.monotonic() + timeout_s
         done, reports = 0, True
         while time.monotonic() < deadline:
-            if self._controller.poll() is not None:
+            if self._controller is not None and self._controller.poll() is not None:
                 raise EmulationError(f"the controller exited ({self._controller.returncode}): "
                                      f"{_tail(self.workdir / 'controller.log')}")
             status = self.controller_status()
             if status.get("errors"):
                 raise EmulationError(f"the controller reported: {status['errors'][0]}")
-            reports = status.get("reports_ready", True)
+            # a remote controller writes no status: connections are all there is to see
+            reports = status.get("reports_ready", self._controller is not None)
             done = (len(status.get("ready", [])) if reports
                     else len(ovs.connected_bridges(switches)))
             if done == len(switches):

@@ -189,3 +189,32 @@ def test_your_own_controller_app_routes_the_fabric(app: str) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "reachability: 240/240" in proc.stdout and "verified clean" in proc.stdout
+
+
+def test_a_remote_controller_already_running_routes_the_fabric() -> None:
+    controller = subprocess.Popen([sys.executable, "-m", "controllers", "ecmp", "--topo",
+                                   "leaf-spine", "--port", "6701"], cwd=ROOT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while subprocess.run(["ss", "-Htln", "sport = :6701"], capture_output=True,
+                             text=True).stdout.strip() == "":
+            assert time.monotonic() < deadline, "the controller did not start listening"
+            time.sleep(0.1)
+        proc = subprocess.run([*FABRIC, "up", "leaf-spine", "--controller",
+                               "remote:127.0.0.1:6701"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "reachability: 240/240" in proc.stdout and "verified clean" in proc.stdout
+        assert controller.poll() is None, "the user's controller is not ours to stop"
+    finally:
+        controller.terminate()
+        controller.wait(timeout=10)
+
+
+def test_a_remote_controller_that_is_not_there_is_refused_before_any_change() -> None:
+    proc = subprocess.run([*FABRIC, "up", "leaf-spine", "--controller", "remote:127.0.0.1:6702"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "no controller listens" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not list(runstate.RUNS_DIR.glob("*.json"))

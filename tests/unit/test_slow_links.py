@@ -7,8 +7,8 @@ import pytest
 import topologies
 from fabric.model import graph as fg
 from fabric.routing.adaptive import (FORGET_RATIO, FULL_PACKET_BITS, HOLD_INTERVALS,
-                                     RELAX_RATIO, SLOW_ROUNDS, AdaptiveBalancer, AdaptiveConfigError,
-                                     AdaptiveParams)
+                                     RELAX_RATIO, SLOW_ROUNDS, AdaptiveBalancer,
+                                     AdaptiveConfigError, AdaptiveParams)
 from fabric.routing.probes import (FRAME_BYTES, PROBE_ETHERTYPE, ProbeRounds, probe_frame,
                                    probe_seq)
 

@@ -1,10 +1,13 @@
-"""Process helpers: zombies are not running; stopping many processes at once."""
+"""Process helpers: zombies are not running; stopping many processes at once; the
+remote controller's address."""
 
 from __future__ import annotations
 
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from fabric.emulation import system
 
@@ -49,3 +52,29 @@ def test_kill_trees_leaves_a_recycled_pid_alone():
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("text, expected", [("remote:127.0.0.1:6633", ("127.0.0.1", 6633)),
+                                            ("remote:127.1.2.3:1", ("127.1.2.3", 1))])
+def test_a_remote_controller_on_loopback_is_accepted(text, expected):
+    assert system.parse_remote_controller(text) == expected
+
+
+@pytest.mark.parametrize("text, words", [
+    ("127.0.0.1:6633", "remote:HOST:PORT"), ("remote:127.0.0.1", "remote:HOST:PORT"),
+    ("remote:10.0.0.1:6633", "loopback"), ("remote:0.0.0.0:6633", "loopback"),
+    ("remote:::1:6633", "IPv4 loopback"), ("remote:ctl.example:6633", "not an IP address"),
+    ("remote:127.0.0.1:0", "1..65535"), ("remote:127.0.0.1:http", "1..65535")])
+def test_a_remote_controller_off_loopback_or_malformed_is_refused(text, words):
+    with pytest.raises(ValueError, match=words):
+        system.parse_remote_controller(text)
+
+
+def test_nothing_listening_is_reported():
+    import socket
+
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]   # bound, never listening
+        with pytest.raises(system.NotListeningError, match=str(port)):
+            system.check_listening("127.0.0.1", port)
