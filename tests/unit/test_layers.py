@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("topologies", "fabric", "controllers", "experiments")
+PACKAGES = ("topologies", "fabric", "controllers", "experiments", "ryu")
 
 # Layers of fabric/ and the other layers each may import.
 LAYERS: dict[str, frozenset[str]] = {
@@ -38,12 +38,14 @@ CLIENTS: dict[str, frozenset[str]] = {
                               "fabric.argtypes"}),
     "experiments": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
                               "fabric.emulation", "fabric.analysis"}),
+    # Ryu's module paths, mapped onto os-ken's: nothing of fabric
+    "ryu": frozenset(),
 }
 # fabric's top level: the package docstring and the command line (above every layer) with
 # its argument types (which import nothing of fabric).
 TOP_LEVEL = frozenset({"fabric/__init__.py", "fabric/cli.py", "fabric/argtypes.py"})
 MININET_LAYER = "fabric.emulation"
-OS_KEN_ALLOWED = ("controllers", "fabric.testing")
+OS_KEN_ALLOWED = ("controllers", "fabric.testing", "ryu")
 # Lazy imports of the packages above fabric: the CLI dispatches to them, and the
 # harness's make_app loads fabric's own apps.
 LAZY_ABOVE: dict[str, frozenset[str]] = {
