@@ -8,6 +8,7 @@ the system has changed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -15,6 +16,8 @@ from typing import Any, Callable
 
 from fabric import argtypes
 from fabric.emulation import capacity, shaping
+from fabric.emulation.capture import DEFAULT_MAX_PACKETS as DEFAULT_PCAP_PACKETS
+from fabric.emulation.capture import MAX_PACKETS_LIMIT as MAX_PCAP_PACKETS
 from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
@@ -125,6 +128,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
 
     from fabric.analysis.report import summarize
     from fabric.emulation import Emulation, EmulationOptions
+    from fabric.emulation.capture import capture
     from fabric.emulation.traffic import build_plan, idle_path_check, run_plan, set_rto_min
     from fabric.traffic.model import TransportSpec
     from fabric.traffic.patterns import PatternSpec, make_transfers
@@ -136,6 +140,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
                        channels=args.channels, clients=args.clients, servers=args.servers,
                        rounds=args.rounds, admission=args.admission)
     transfers, participants = make_transfers(graph, spec)
+    points = _capture_points(graph, args, participants)
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
                                controller_port=args.port, lanes=_lanes(args),
@@ -153,7 +158,12 @@ def cmd_traffic(args: argparse.Namespace) -> int:
                           port_seed=args.seed)
         print(f"running {len(transfers)} transfers of {spec.name} on {len(participants)} "
               f"endpoints...", file=sys.stderr)
-        result = run_plan(emu, plan, workdir)
+        with (capture(points, args.pcap, emu.state, args.pcap_packets) if args.pcap
+              else contextlib.nullcontext([])) as pcaps:
+            result = run_plan(emu, plan, workdir)
+        if pcaps:
+            print(f"pcap: {len(pcaps)} files in {args.pcap} "
+                  f"({', '.join(p.name for p in pcaps)})", file=sys.stderr)
     result.fidelity.append(idle)
     summary = summarize(result, spec, participants, emu.report.rate_plan.host_mbps)
     rows = result.transfer_rows()
@@ -162,6 +172,18 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     else:
         print(json.dumps({"summary": summary, "transfers": rows}, indent=1, default=str))
     return 0 if result.complete else 1
+
+
+def _capture_points(graph: Any, args: argparse.Namespace, participants: list[str]) -> list:
+    """What ``--pcap-at`` names (default: the first participant), checked on the graph."""
+    from fabric.emulation.capture import capture_points
+
+    if args.pcap is None:
+        return []
+    try:
+        return capture_points(graph, args.pcap_at or sorted(participants)[:1])
+    except ValueError as exc:
+        raise UsageError(f"argument --pcap-at: {exc}") from None
 
 
 def _print_csv(rows: list[dict]) -> None:
@@ -398,6 +420,16 @@ def build_parser() -> argparse.ArgumentParser:
                               "AIMD (default: swift)")
     traffic.add_argument("--deadline", type=argtypes.positive_number(), default=120.0,
                          help="seconds")
+    traffic.add_argument("--pcap", metavar="DIR", type=argtypes.new_dir, default=None,
+                         help="write packet captures (pcap, headers only) into this new "
+                              "directory while the traffic runs")
+    traffic.add_argument("--pcap-at", metavar="WHERE", action="append", default=None,
+                         help="an endpoint (all its links) or a link a-b to capture; repeat "
+                              "for more (default: the first endpoint of the pattern)")
+    traffic.add_argument("--pcap-packets", type=argtypes.integer(1, MAX_PCAP_PACKETS),
+                         default=DEFAULT_PCAP_PACKETS,
+                         help=f"at most this many packets per capture file (default: "
+                              f"{DEFAULT_PCAP_PACKETS})")
     traffic.add_argument("--format", choices=("json", "csv"), default="json")
     traffic.add_argument("--keep", metavar="DIR", type=argtypes.new_dir,
                          help="keep plan, agent reports and logs in this new directory")
@@ -434,7 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_traffic_args(args: argparse.Namespace) -> None:
-    """Refuse options that the chosen transport would silently ignore."""
+    """Refuse options that the chosen transport (or a missing --pcap) would silently
+    ignore."""
+    if args.pcap is None and (args.pcap_at or args.pcap_packets != DEFAULT_PCAP_PACKETS):
+        raise UsageError("argument --pcap-at/--pcap-packets: give --pcap DIR as well")
     if args.transport != "roce" and args.entropy != "flow":
         raise UsageError("argument --entropy: applies to --transport roce only")
     if args.transport != "tcp" and args.connections != 1:

@@ -78,3 +78,30 @@ def test_incast_round_reports_drops_and_retransmissions_that_agree(tmp_path: Pat
     assert drops > 0, "8 senders into a 16-packet buffer must overflow it"
     # Every drop is retransmitted; beyond that only what a timeout resends again.
     assert drops <= retrans <= 1.3 * drops + 10 * summary["tcp_timeouts"] + 8
+
+
+def test_a_capture_of_sprayed_roce_decodes_as_rocev2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import UDP
+    from scapy.utils import rdpcap
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "pcap"
+    proc = subprocess.run([sys.executable, "-m", "fabric.cli", "traffic", "leaf-spine",
+                           "--transport", "roce", "--entropy", "packet", "--size", "200000",
+                           "--pcap", str(out), "--pcap-at", "l0h0", "--pcap-at", "l0-s1",
+                           "--pcap-packets", "300"], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["l0-s1.pcap", "l0h0-l0.pcap"]
+    for name in files:
+        packets = rdpcap(str(out / name))
+        assert 0 < len(packets) <= 300                    # the cap holds
+        roce = [p for p in packets if p.haslayer(BTH)]
+        assert roce and all(p[UDP].dport == 4791 for p in roce)
+    host_side = [p for p in rdpcap(str(out / "l0h0-l0.pcap")) if p.haslayer(BTH)]
+    assert len({p[UDP].sport for p in host_side}) > 10   # sprayed: many source ports

@@ -112,6 +112,12 @@ CASES = [
     (["traffic", "--keep", "{d}/full"], "--keep"),
     (["traffic", "--port", "70000"], "--port"),
     (["traffic", "--controller-app", "{d}/nosuch.py:App"], "--controller-app"),
+    (["traffic", "--pcap-at", "h0g0"], "--pcap"),
+    (["traffic", "--pcap-packets", "5"], "--pcap"),
+    (["traffic", "--pcap", "{d}/pc", "--pcap-at", "nosuch"], "--pcap-at"),
+    (["traffic", "--pcap", "{d}/pc", "--pcap-at", "r0l0-r0l1"], "--pcap-at"),
+    (["traffic", "--pcap", "{d}/pc", "--pcap-packets", "0"], "--pcap-packets"),
+    (["traffic", "--pcap", "{d}/full"], "--pcap"),
     (["traffic", "--queue-pkts", "0"], "--queue-pkts"),
     (["traffic", "fat-tree,k=5"], "k must be even"),
     # run
