@@ -13,7 +13,8 @@ semantics fabric's policies live in:
 * barriers, port descriptions and port, flow and group statistics (counted
   from traced packets) are answered, port changes are reported (``EventOFPPortStatus``), packet-ins delivered;
 * refused messages raise :class:`OpenFlowError` (or are answered with an
-  error message), unmodelled features raise :class:`UnsupportedFeature`.
+  error message), unmodelled features raise :class:`UnsupportedFeature`;
+* traces can be written as pcap (:func:`write_pcap`).
 
 Example
 -------
@@ -34,10 +35,10 @@ from fabric.testing.datapath import FakeDatapath
 from fabric.testing.fakeswitch import FakeSwitch, PortCounters
 from fabric.testing.harness import FakeFabric
 from fabric.testing.hashing import select_hash
-from fabric.testing.packets import arp_request, ip_packet, packet_fields
+from fabric.testing.packets import arp_request, ip_packet, packet_fields, write_pcap
 from fabric.testing.tables import OpenFlowError, UnsupportedFeature
 from fabric.testing.tracing import Hop, PacketIn, Trace
 
 __all__ = ["FakeDatapath", "FakeFabric", "FakeSwitch", "HarnessError", "Hop", "OpenFlowError",
            "PacketIn", "PortCounters", "Trace", "UnsupportedFeature", "arp_request",
-           "ip_packet", "packet_fields", "select_hash"]
+           "ip_packet", "packet_fields", "select_hash", "write_pcap"]

@@ -8,7 +8,8 @@ normalises them (:func:`fabric.testing.tables.normalise`) before matching.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 from scapy.contrib.roce import BTH, opcode
 from scapy.layers.inet import ICMP, IP, TCP, UDP
@@ -109,3 +110,23 @@ def arp_reply_mac(data: bytes, target_ip: str, requester_ip: str) -> str | None:
     if arp.op != 2 or arp.psrc != target_ip or arp.pdst != requester_ip:
         return None
     return arp.hwsrc
+
+
+def write_pcap(path: str | Path, frames: Iterable[Any]) -> Path:
+    """Write traced frames to a pcap file for Wireshark or scapy.
+
+    ``frames`` holds :class:`fabric.testing.Trace` objects (their frame is
+    written once), scapy packets or raw bytes; records are 1 µs apart, in
+    order. roce frames (UDP port 4791) decode as RoCEv2.
+    """
+    from scapy.utils import wrpcap
+
+    packets = []
+    for i, frame in enumerate(frames):
+        data = getattr(frame, "data", frame)
+        packet = Ether(bytes(data))
+        packet.time = i * 1e-6
+        packets.append(packet)
+    path = Path(path)
+    wrpcap(str(path), packets)
+    return path

@@ -768,3 +768,22 @@ def test_readme_example_a_users_own_app(graph):
     fabric.set_link("l0", trace.hops[0].to, up=False)  # the watch port steers around it
     detour = fabric.trace(pkt, src="l0h0")
     assert detour.delivered_to == "l1h1" and trace.hops[0].to not in detour.switches
+
+
+def test_traces_are_written_as_a_pcap_that_decodes_as_rocev2(tmp_path):
+    from scapy.contrib.roce import BTH
+    from scapy.utils import rdpcap
+
+    from controllers.ecmp import EcmpApp
+    from fabric.testing import write_pcap
+
+    fabric = FakeFabric(topologies.build("leaf-spine"))
+    fabric.connect(fabric.make_app(EcmpApp))
+    roce = fabric.packet("l0h0", "l1h0", "roce")
+    traces = [fabric.trace(roce, src="l0h0"), fabric.trace(fabric.packet("l0h0", "l2h0"),
+                                                           src="l0h0")]
+    path = write_pcap(tmp_path / "trace.pcap", traces + [bytes(roce)])
+    packets = rdpcap(str(path))
+    assert [bytes(p) for p in packets] == [t.data for t in traces] + [bytes(roce)]
+    assert packets[0].haslayer(BTH) and not packets[1].haslayer(BTH)
+    assert packets[0].time < packets[1].time < packets[2].time
