@@ -54,6 +54,25 @@ BUFFER_S = 3.0
 RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-all": 0.5}
 
 
+TAKES_CONTROLLER_APP = True  # `fabric run collisions --controller-app` adds a policy
+
+
+def app_policy(spec: str) -> str:
+    """The policy name of a user's app: its class name."""
+    return spec.rpartition(":")[2]
+
+
+def run_policies(ctx: RunContext) -> tuple[str, ...]:
+    """The built-in policies, then the user's app if there is one."""
+    return POLICIES + ((app_policy(ctx.controller_app),) if ctx.controller_app else ())
+
+
+def policies_in(rows: list[dict[str, Any]]) -> list[str]:
+    """The policies of a run's rows: the built-in ones in order, then any other."""
+    present = {r["policy"] for r in rows}
+    return [p for p in POLICIES if p in present] + sorted(present - set(POLICIES))
+
+
 def _topologies(ctx: RunContext) -> list[str]:
     if ctx.topo:
         return [ctx.topo]
@@ -123,8 +142,13 @@ def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps:
                  grid: list[tuple[str, str]], seeds: list[int], progress: Progress,
                  log: RunLog, link_rows: list[dict[str, Any]]) -> None:
     """One fabric at one rate: the idle check, then every (pattern, cc) x seed run on it."""
-    spray = policy != "ecmp"
-    with Emulation(graph, ctx.options(policy=policy, host_mbps=host_mbps)) as emu:
+    if policy in POLICIES:
+        spray = policy != "ecmp"
+        options = ctx.options(policy=policy, host_mbps=host_mbps)
+    else:  # the user's app routes; the senders do what its entropy says
+        spray = ctx.app_entropy == "packet"
+        options = ctx.options(host_mbps=host_mbps, controller_app=ctx.controller_app)
+    with Emulation(graph, options) as emu:
         plan = emu.report.rate_plan
         host_mbps = plan.host_mbps
 
@@ -196,12 +220,13 @@ def run(ctx: RunContext) -> dict[str, Any]:
     seeds = ctx.seed_list(quick_default=2, full_default=10)
     grid = plan_grid(ctx)
     topos = list(grid)
-    progress = Progress(sum(len(g) for g in grid.values()) * len(POLICIES) * len(seeds), NAME)
+    policies = run_policies(ctx)
+    progress = Progress(sum(len(g) for g in grid.values()) * len(policies) * len(seeds), NAME)
     log, link_rows = RunLog(), []
     for spec in topos:
         graph = topologies.build(spec)
         base_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph)
-        for policy in POLICIES:
+        for policy in policies:
             for share in sorted({RATE_SHARE[p] for p, _ in grid[spec]}, reverse=True):
                 mine = [(p, cc) for p, cc in grid[spec] if RATE_SHARE[p] == share]
                 _one_bringup(ctx, spec, graph, policy, base_mbps * share, mine, seeds,
@@ -219,7 +244,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
                            "anchors": {"ecmp": "60-68 % of line rate",
                                        "spray": ">= 90 % (vendor: 95 % vs 60 %)"}})
     return {"table": table, "fidelity": fid, "seeds": seeds,
-            "parameters": {"topologies": topos, "grid": grid, "policies": POLICIES,
+            "parameters": {"topologies": topos, "grid": grid, "policies": policies,
+                           "controller_app": ctx.controller_app,
+                           "app_entropy": ctx.app_entropy if ctx.controller_app else None,
                            "transport": "roce", "cc": ctx.cc,
                            "host_mbps": ctx.host_mbps or "auto",
                            "rate_share": RATE_SHARE, "flow_s": FLOW_S, "buffer_s": BUFFER_S},
@@ -242,7 +269,7 @@ def top_tier_paths(graph: Any) -> int:
 def expected_throughput(policy: str, pattern: str, paths: int) -> float | None:
     """Theory for the stride: ECMP's flows hit 1-(1-1/N)^N of N paths on average
     (balls into bins); a perfect spray uses them all. None for other patterns."""
-    if pattern != "stride":
+    if pattern != "stride" or policy not in POLICIES:  # no theory for a user's app
         return None
     return round(balls_into_bins_expected_utilisation(paths), 4) if policy == "ecmp" else 1.0
 
@@ -272,7 +299,7 @@ def _table(rows: list[dict[str, Any]], paths: dict[str, int]) -> list[dict[str, 
                       "theory": expected_throughput(policy, pattern, paths[topo]),
                       "ideal": mean("ideal"), "efficiency": mean("efficiency"),
                       "span_efficiency": mean("span_efficiency"),
-                      "anchor": ANCHORS[policy], "collisions": mean("collisions", 2),
+                      "anchor": ANCHORS.get(policy), "collisions": mean("collisions", 2),
                       "max_flows_per_link": max(maxes) if maxes else None,
                       "drop_frac": mean("drop_frac", 5),
                       "rto": sum(r["rto"] for r in group),
@@ -299,10 +326,11 @@ def _ablation_figure(plt: Any, runs: list[dict[str, Any]], ccs: list[str], run_d
                              figsize=(3.2 * len(patterns), 4.6), squeeze=False, sharey=True)
     width = 0.8 / len(ccs)
     top = 1.1
+    policies = policies_in(runs)
     for row, (metric, label) in zip(axes, ABLATION_METRICS):
         for ax, pattern in zip(row, patterns):
             for j, cc in enumerate(ccs):
-                for i, policy in enumerate(POLICIES):
+                for i, policy in enumerate(policies):
                     values = [v for v in (as_float(r[metric]) for r in runs
                                           if r["topology"] == topo and r["pattern"] == pattern
                                           and r["policy"] == policy and r["cc"] == cc)
@@ -313,7 +341,7 @@ def _ablation_figure(plt: Any, runs: list[dict[str, Any]], ccs: list[str], run_d
                                              plotstyle.colour("", j + 4), width=width * 0.9,
                                              label=cc if i == 0 else None)
             ax.axhline(1.0, ls="--", color="grey", lw=1)
-            ax.set_xticks(range(len(POLICIES)), POLICIES)
+            ax.set_xticks(range(len(policies)), policies)
             ax.set_title(f"{pattern} on {topo}")
         row[0].set_ylabel(label)
     axes[0][0].set_ylim(0, top)
@@ -348,12 +376,13 @@ def plot(run_dir: Path) -> list[Path]:
     uplinks = [r for r in uplinks if r.get("cc", main_cc) == main_cc]
     topos = sorted({r["topology"] for r in runs}, reverse=True)  # rail-clos first
     patterns = [p for p in PATTERNS if any(r["pattern"] == p for r in runs)]
+    policies = policies_in(runs)
     fig, axes = plt.subplots(len(topos), len(patterns),
                              figsize=(3.0 * len(patterns), 2.4 * len(topos)), squeeze=False,
                              sharey=True)
     for row, topo in zip(axes, topos):
         for ax, pattern in zip(row, patterns):
-            for i, policy in enumerate(POLICIES):
+            for i, policy in enumerate(policies):
                 mine = [r for r in runs if r["topology"] == topo and r["pattern"] == pattern
                         and r["policy"] == policy and r["cc"] == main_cc]
                 values = [v for v in (as_float(r["norm_throughput"]) for r in mine)
@@ -366,14 +395,14 @@ def plot(run_dir: Path) -> list[Path]:
                 plotstyle.ideal_ticks(ax, i + 0.32, ideals,
                                       plotstyle.IDEAL_LABEL if i == 0 else None)
             if pattern in ABLATION_PATTERNS:  # the anchors are one flow per host
-                for i, policy in enumerate(POLICIES):
+                for i, policy in enumerate(p for p in policies if p in ANCHOR_RANGES):
                     low, high = ANCHOR_RANGES[policy]
                     ax.fill_between([i - 0.3, i + 0.3], low, high, color="grey", alpha=0.2,
                                     lw=0, label="published anchor" if i == 0 else None)
             if pattern == "stride":  # the balls-into-bins theory is for the stride
                 ax.axhline(summary["balls_into_bins_expectation"], ls="--", color="grey",
                            lw=1, label="ECMP theory 1-(1-1/N)$^N$")
-            ax.set_xticks(range(len(POLICIES)), POLICIES)
+            ax.set_xticks(range(len(policies)), policies)
             ax.set_ylim(0, 1.05)
             ax.set_title(f"{pattern} on {topo}")
         row[0].set_ylabel("throughput / line rate")
@@ -386,9 +415,10 @@ def plot(run_dir: Path) -> list[Path]:
         written += _ablation_figure(plt, runs, ccs, run_dir, mark)
 
     links = sorted({r["link"] for r in uplinks})
-    fig, axes = plt.subplots(1, len(POLICIES), figsize=(3.3 * len(POLICIES), 0.9 + 0.12 * len(links)),
+    fig, axes = plt.subplots(1, len(policies),
+                             figsize=(3.3 * len(policies), 0.9 + 0.12 * len(links)),
                              squeeze=False, sharey=True)
-    for ax, policy in zip(axes[0], POLICIES):
+    for ax, policy in zip(axes[0], policies):
         mine = [r for r in uplinks if r["policy"] == policy]
         keys = sorted({(r["pattern"], r["seed"]) for r in mine})
         grid = [[next((float(r["share"]) for r in mine if r["link"] == link
@@ -414,7 +444,7 @@ def plot(run_dir: Path) -> list[Path]:
     written += plotstyle.save(fig, run_dir, "uplink_load", mark)
 
     fig, ax = plt.subplots(figsize=(3.4, 2.6))
-    for policy in POLICIES:
+    for policy in policies:
         fcts = sorted(float(r["fct_s"]) for r in flows if r["policy"] == policy and r["fct_s"])
         if fcts:
             ax.plot(fcts, [(i + 1) / len(fcts) for i in range(len(fcts))], label=policy,

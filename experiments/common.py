@@ -35,6 +35,8 @@ class RunContext:
     host_mbps: float | None = None
     cc: str = "swift"        # the roce transport's congestion control
     tcp_cc: str = "cubic"    # the emulated hosts' TCP congestion control
+    controller_app: str | None = None  # your own app, run as one more policy
+    app_entropy: str = "flow"          # what the senders do under it: flow or packet
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def options(self, **kwargs: Any) -> EmulationOptions:

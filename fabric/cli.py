@@ -209,8 +209,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.topo:
         _build_graph(args.topo, "--topo")  # a bad spec fails here, before anything changes
     module = importlib.import_module(EXPERIMENTS[args.name])
+    _check_controller_app(args, module)
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
-                     host_mbps=args.host_mbps, cc=args.cc, tcp_cc=args.tcp_cc)
+                     host_mbps=args.host_mbps, cc=args.cc, tcp_cc=args.tcp_cc,
+                     controller_app=args.controller_app,
+                     app_entropy=args.app_entropy or "flow")
     try:
         module.check(ctx)  # the experiment can run on this topology
     except ValueError as exc:
@@ -309,6 +312,22 @@ def _is_root() -> bool:
     import os
 
     return os.geteuid() == 0
+
+
+def _check_controller_app(args: argparse.Namespace, module: Any) -> None:
+    """``fabric run``: a user's app goes only where the experiment takes one, under a
+    name no built-in policy has."""
+    if args.controller_app is None:
+        if args.app_entropy is not None:
+            raise UsageError("argument --app-entropy: applies to --controller-app only")
+        return
+    if not getattr(module, "TAKES_CONTROLLER_APP", False):
+        raise UsageError(f"argument --controller-app: {args.name} runs its own policies; "
+                         f"collisions takes your app as one more")
+    name = args.controller_app.rpartition(":")[2]
+    if name in POLICIES:
+        raise UsageError(f"argument --controller-app: class {name!r} has a built-in policy's "
+                         f"name; rename it")
 
 
 def _controller_app(text: str) -> str:
@@ -450,6 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="congestion control of the roce transport (default: swift)")
     run.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
                      help="TCP congestion control of every emulated host (default: cubic)")
+    run.add_argument("--controller-app", metavar="MODULE:CLASS", type=_controller_app,
+                     default=None,
+                     help="collisions: your own os-ken app as one more policy, named by its "
+                          "class")
+    run.add_argument("--app-entropy", choices=("flow", "packet"), default=None,
+                     help="with --controller-app: one UDP source port per flow (default) or a "
+                          "new one per packet (spraying)")
     run.set_defaults(func=cmd_run)
 
     plot = sub.add_parser("plot", help="draw an experiment's figures from its directory")

@@ -48,3 +48,19 @@ def test_quick_run_writes_a_complete_result(name: str, tmp_path: Path) -> None:
     second = subprocess.run([sys.executable, "-m", "fabric.cli", "run", name, "--quick",
                              "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert second.returncode == 2 and "never overwritten" in second.stderr
+
+
+def test_your_own_app_is_one_more_policy_in_collisions(tmp_path: Path) -> None:
+    out = tmp_path / "collisions"
+    proc = subprocess.run([sys.executable, "-m", "fabric.cli", "run", "collisions", "--quick",
+                           "--controller-app", f"{ROOT}/tests/data/user_apps.py:StaticEcmp",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=420)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    policies = [r["policy"] for r in summary["table"]]
+    assert policies == ["ecmp", "spray", "adaptive", "StaticEcmp"] and summary["valid"]
+    mine = next(r for r in summary["table"] if r["policy"] == "StaticEcmp")
+    assert mine["norm_throughput"] and mine["collisions"] is not None  # flows were traced
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["controller_app"].endswith("user_apps.py:StaticEcmp")

@@ -135,3 +135,22 @@ def test_controller_rejects_a_bad_config_file(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "share" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_controller_app_goes_only_into_collisions_under_a_new_name():
+    import argparse
+
+    from experiments import collisions, incast
+    from fabric.cli import UsageError, _check_controller_app
+
+    def args(app, entropy=None, name="collisions"):
+        return argparse.Namespace(controller_app=app, app_entropy=entropy, name=name)
+
+    _check_controller_app(args("my_app.py:Flowlets"), collisions)
+    _check_controller_app(args(None), incast)
+    with pytest.raises(UsageError, match="built-in policy's name"):
+        _check_controller_app(args("my_app.py:spray"), collisions)
+    with pytest.raises(UsageError, match="collisions takes"):
+        _check_controller_app(args("my_app.py:Flowlets", name="incast"), incast)
+    with pytest.raises(UsageError, match="--app-entropy"):
+        _check_controller_app(args(None, "packet"), collisions)

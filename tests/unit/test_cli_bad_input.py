@@ -122,6 +122,13 @@ CASES = [
     (["traffic", "fat-tree,k=5"], "k must be even"),
     # run
     (["run", "collisions", "--seeds", "0", "--out", "{d}/out"], "--seeds"),
+    (["run", "collisions", "--controller-app", "nosuch", "--out", "{d}/out"],
+     "--controller-app"),
+    (["run", "incast", "--controller-app", "controllers.ecmp:EcmpApp", "--out", "{d}/out"],
+     "collisions takes"),
+    (["run", "collisions", "--app-entropy", "packet", "--out", "{d}/out"], "--app-entropy"),
+    (["run", "collisions", "--controller-app", "controllers.spray:SprayApp", "--app-entropy",
+      "spray", "--out", "{d}/out"], "--app-entropy"),
     (["run", "collisions", "--seeds", "-3", "--out", "{d}/out"], "--seeds"),
     (["run", "collisions", "--seeds", "x", "--out", "{d}/out"], "--seeds"),
     (["run", "collisions", "--seeds", "100000", "--out", "{d}/out"], "--seeds"),

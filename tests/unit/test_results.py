@@ -61,10 +61,11 @@ def test_manifest_and_summary_carry_what_a_paper_needs(tmp_path):
     assert summary["table"] == [{"a": 1}] and summary["question"] == "q"
 
 
-def _fake_collisions_run(run_dir: Path, valid: bool) -> None:
+def _fake_collisions_run(run_dir: Path, valid: bool, extra: tuple = ()) -> None:
     rows, flows, links = [], [], []
     for (policy, value), cc in ((p, c) for p in (("ecmp", 0.6), ("spray", 0.9),
-                                                  ("adaptive", 0.85)) for c in ("swift", "loss")):
+                                                  ("adaptive", 0.85), *extra)
+                                for c in ("swift", "loss")):
         for seed in (0, 1):
             rows.append({"topology": "rail-clos", "policy": policy, "pattern": "stride",
                          "cc": cc, "seed": seed, "norm_throughput": value + seed / 100,
@@ -94,6 +95,17 @@ def test_collisions_figures_are_drawn_from_the_csvs_without_root(tmp_path):
     for name in ("throughput", "uplink_load", "fct_cdf"):
         for suffix in (".png", ".pdf"):
             assert (tmp_path / f"{name}{suffix}").stat().st_size > 1000
+
+
+def test_a_users_policy_gets_its_own_rows_boxes_and_heatmap_column(tmp_path):
+    _fake_collisions_run(tmp_path, valid=True, extra=(("Flowlets", 0.8),))
+    summary = results.read_json(tmp_path / "summary.json")
+    mine = [r for r in summary["table"] if r["policy"] == "Flowlets"]
+    assert mine and all(r["theory"] is None and r["anchor"] is None for r in mine)
+    runs = results.read_csv(tmp_path / "runs.csv")
+    assert collisions.policies_in(runs) == ["ecmp", "spray", "adaptive", "Flowlets"]
+    names = {p.name for p in collisions.plot(tmp_path)}
+    assert {"throughput.png", "uplink_load.png", "fct_cdf.png"} <= names
 
 
 def test_collisions_table_aggregates_seeds():
