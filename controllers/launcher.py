@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if (args.policy is None) == (args.app is None):
-            raise ValueError("give a policy or --app, not both")
+            raise ValueError("give either a policy or --app (one of the two)")
         graph = topologies.build(args.topo or topologies.DEFAULT_SPEC)
         try:
             config = load_controller_config(args.config) if args.config else ControllerConfig()

@@ -153,7 +153,7 @@ CASES = [
     (["controller", "--app", "nosuch"], "--app"),
     (["controller", "--app", "nosuch.module:App"], "--app"),
     (["controller", "--app", "fabric.routing.probes:ProbeRounds"], "os-ken app"),
-    (["controller", "ecmp", "--app", "fabric.routing.probes:ProbeRounds"], "not both"),
+    (["controller", "ecmp", "--app", "fabric.routing.probes:ProbeRounds"], "one of the two"),
     (["controller"], "policy"),
     (["controller", "ecmp", "--port", "70000"], "--port"),
     (["controller", "ecmp", "--port", "0"], "--port"),
