@@ -82,6 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(format_summary(summarize(graph)))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report))
+        print(f"controller: {controller_text(args)}")
         reach = check_all_pairs(graph, emu.host)
         print(f"reachability: {reach.pairs - len(reach.failed)}/{reach.pairs} endpoint pairs "
               f"answered ping in {reach.seconds:.2f} s")
@@ -104,6 +105,15 @@ def _lanes(args: argparse.Namespace) -> Any:
         except LaneConfigError as exc:
             raise UsageError(f"argument --lanes: {exc}") from None
     return THREE_LANES if args.isolation else SINGLE_LANE
+
+
+def controller_text(args: argparse.Namespace) -> str:
+    """Which controller routed the fabric: a built-in policy, your app or a remote one."""
+    if args.controller_app:
+        return f"your app {args.controller_app}"
+    if args.controller:
+        return f"{args.controller.replace(':', ' ', 1)} (already running)"
+    return f"{args.routing} (built-in)"
 
 
 def bring_up_text(report: Any) -> str:
@@ -151,6 +161,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report), file=sys.stderr)
+        print(f"controller: {controller_text(args)}", file=sys.stderr)
         idle = idle_path_check(emu, transport, workdir / "idle-path")
         if args.rto_min_ms:
             set_rto_min(emu, participants, args.rto_min_ms)
@@ -165,7 +176,8 @@ def cmd_traffic(args: argparse.Namespace) -> int:
             print(f"pcap: {len(pcaps)} files in {args.pcap} "
                   f"({', '.join(p.name for p in pcaps)})", file=sys.stderr)
     result.fidelity.append(idle)
-    summary = summarize(result, spec, participants, emu.report.rate_plan.host_mbps)
+    summary = {**summarize(result, spec, participants, emu.report.rate_plan.host_mbps),
+               "controller": controller_text(args)}
     rows = result.transfer_rows()
     if args.format == "csv":
         _print_csv(rows)

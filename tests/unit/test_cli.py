@@ -154,3 +154,18 @@ def test_a_controller_app_goes_only_into_collisions_under_a_new_name():
         _check_controller_app(args("my_app.py:Flowlets", name="incast"), incast)
     with pytest.raises(UsageError, match="--app-entropy"):
         _check_controller_app(args(None, "packet"), collisions)
+
+
+def test_every_bring_up_says_which_controller_routes_it():
+    import argparse
+
+    from fabric.cli import controller_text
+
+    def args(**kw):
+        return argparse.Namespace(**{"routing": "spray", "controller_app": None,
+                                     "controller": None, **kw})
+
+    assert controller_text(args()) == "spray (built-in)"
+    assert controller_text(args(controller_app="/x/app.py:Mine")) == "your app /x/app.py:Mine"
+    assert controller_text(args(controller="remote:127.0.0.1:6633")) == \
+        "remote 127.0.0.1:6633 (already running)"
