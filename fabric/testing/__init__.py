@@ -1,6 +1,6 @@
 """Unit-test os-ken controllers against a fake fabric: no root, no switches.
 
-:class:`FakeFabric` turns a fabric graph into fake OpenFlow 1.5 switches
+:class:`FakeFabric` turns a fabric graph into fake OpenFlow switches
 (:class:`FakeSwitch`) behind fake datapaths (:class:`FakeDatapath`), connects
 os-ken apps to them, and traces scapy packets through the tables the apps
 installed. Like Faucet's ``clib/fakeoftable.py``, but with the group
@@ -10,8 +10,13 @@ semantics fabric's policies live in:
   weights and watch ports (:mod:`fabric.testing.hashing` documents the
   hash); fast-failover groups take the first live bucket; all groups copy;
 * ``set_queue`` is recorded on every hop (:class:`Hop`);
+* connections speak OpenFlow 1.5, or 1.3 when the apps' ``OFP_VERSIONS``
+  ask for it, as Ryu apps often do (:mod:`fabric.testing.of13`);
 * barriers, port descriptions and port, flow and group statistics (counted
-  from traced packets) are answered, port changes are reported (``EventOFPPortStatus``), packet-ins delivered;
+  from traced packets) are answered, port changes are reported
+  (``EventOFPPortStatus``), packet-ins delivered (:meth:`FakeFabric.send`
+  keeps delivering them, and those the apps' packet-outs cause, for
+  reactive apps such as a learning switch);
 * refused messages raise :class:`OpenFlowError` (or are answered with an
   error message), unmodelled features raise :class:`UnsupportedFeature`;
 * traces can be written as pcap (:func:`write_pcap`).
@@ -37,8 +42,8 @@ from fabric.testing.harness import FakeFabric
 from fabric.testing.hashing import select_hash
 from fabric.testing.packets import arp_request, ip_packet, packet_fields, write_pcap
 from fabric.testing.tables import OpenFlowError, UnsupportedFeature
-from fabric.testing.tracing import Hop, PacketIn, Trace
+from fabric.testing.tracing import Exchange, Hop, PacketIn, Trace
 
-__all__ = ["FakeDatapath", "FakeFabric", "FakeSwitch", "HarnessError", "Hop", "OpenFlowError",
-           "PacketIn", "PortCounters", "Trace", "UnsupportedFeature", "arp_request",
+__all__ = ["Exchange", "FakeDatapath", "FakeFabric", "FakeSwitch", "HarnessError", "Hop",
+           "OpenFlowError", "PacketIn", "PortCounters", "Trace", "UnsupportedFeature", "arp_request",
            "ip_packet", "packet_fields", "select_hash", "write_pcap"]

@@ -25,8 +25,8 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER,
                                        register_instance)
 from os_ken.ofproto import ofproto_v1_5 as ofp
-from os_ken.ofproto import ofproto_v1_5_parser as parser
 
+from fabric.testing import of13
 from fabric.testing.datapath import FakeDatapath
 from fabric.testing.fakeswitch import FakeSwitch
 from fabric.testing.tables import OpenFlowError, UnsupportedFeature
@@ -51,6 +51,7 @@ class AppConnection:
     errors: list[OpenFlowError]
     error_mode: str
     handshake_order: str
+    version: int
     _pending: deque
     _draining: bool
     _detached: dict[str, FakeDatapath]
@@ -98,6 +99,7 @@ class AppConnection:
             raise ValueError("connect() needs at least one app")
         if self.datapaths:
             raise HarnessError("switches are already connected: connect all apps in one call")
+        self.version = negotiate(apps)
         for app in apps:
             if not app.event_handlers:
                 register_instance(app)
@@ -144,7 +146,7 @@ class AppConnection:
         if switch not in self.switches:
             raise KeyError(f"no switch {switch!r}")
         if switch not in self._detached:
-            dp = FakeDatapath(self, switch, self.switches[switch].dpid)
+            dp = FakeDatapath(self, switch, self.switches[switch].dpid, version=self.version)
             dp.state = MAIN_DISPATCHER
             self._detached[switch] = dp
         return self._detached[switch]
@@ -195,17 +197,19 @@ class AppConnection:
     def _handshake(self, name: str) -> None:
         sw = self.switches[name]
         self._connections += 1
-        dp = FakeDatapath(self, name, sw.dpid, ("127.0.0.1", 40000 + self._connections))
+        dp = FakeDatapath(self, name, sw.dpid, ("127.0.0.1", 40000 + self._connections),
+                          self.version)
         dp.state = CONFIG_DISPATCHER
         self.datapaths[name] = dp
-        features = parser.OFPSwitchFeatures(dp, datapath_id=sw.dpid, n_buffers=0, n_tables=254,
-                                            auxiliary_id=0, capabilities=_CAPABILITIES)
+        features = dp.ofproto_parser.OFPSwitchFeatures(
+            dp, datapath_id=sw.dpid, n_buffers=0, n_tables=254, auxiliary_id=0,
+            capabilities=_CAPABILITIES)
         dp.set_xid(features)
         self._post(ofp_event.EventOFPSwitchFeatures(features), CONFIG_DISPATCHER)
         if self.handshake_order == "app-first":
             self.flush()  # replies to the apps' messages, still in CONFIG_DISPATCHER
         # os-ken's own handler asks for port descriptions before MAIN_DISPATCHER.
-        desc = self._multipart(parser.OFPPortDescStatsReply, dp, sw.port_descs(), None)
+        desc = self._multipart("OFPPortDescStatsReply", dp, port_descs(dp, sw), None)
         dp.ports = {p.port_no: p for p in desc.body}
         self._post(ofp_event.EventOFPPortDescStatsReply(desc), CONFIG_DISPATCHER)
         self._post(self._state_change(dp, MAIN_DISPATCHER), MAIN_DISPATCHER)
@@ -218,56 +222,52 @@ class AppConnection:
         name = dp.switch
         self.messages[name].append(msg)
         try:
-            replies = self._handle(self.switches[name], dp, msg)
+            applied = of13.upgrade(msg) if _is13(dp) else msg
+            replies = self._handle(self.switches[name], dp, applied)
         except OpenFlowError as err:
             err.switch = name
             self.errors.append(err)
             if self.error_mode == "raise":
                 raise
-            reply = parser.OFPErrorMsg(dp, type_=err.type, code=err.code,
-                                       data=bytes(msg.buf[:64]))
+            reply = dp.ofproto_parser.OFPErrorMsg(dp, type_=err.type, code=err.code,
+                                                  data=bytes(msg.buf[:64]))
             reply.xid = msg.xid
             replies = [reply]
         for reply in replies:
             self._post(ofp_event.ofp_msg_to_ev(reply))
 
     def _handle(self, sw: FakeSwitch, dp: FakeDatapath, msg: Any) -> list[Any]:
-        if isinstance(msg, parser.OFPFlowMod):
+        """Apply ``msg`` (flow-, group-mods and packet-outs in their 1.5 form); the replies.
+
+        Replies are built with the connection's own parser, so a 1.3 app
+        gets 1.3 messages.
+        """
+        kind = type(msg).__name__
+        p = dp.ofproto_parser
+        if kind == "OFPFlowMod":
             sw.flow_mod(msg)
-        elif isinstance(msg, parser.OFPGroupMod):
+        elif kind == "OFPGroupMod":
             sw.group_mod(msg)
-        elif isinstance(msg, parser.OFPPacketOut):
+        elif kind == "OFPPacketOut":
             self._packet_out(sw, msg)
-        elif isinstance(msg, parser.OFPBarrierRequest):
-            reply = parser.OFPBarrierReply(dp)
+        elif kind in ("OFPBarrierRequest", "OFPEchoRequest", "OFPFeaturesRequest"):
+            if kind == "OFPBarrierRequest":
+                reply = p.OFPBarrierReply(dp)
+            elif kind == "OFPEchoRequest":
+                reply = p.OFPEchoReply(dp, data=msg.data)
+            else:
+                reply = p.OFPSwitchFeatures(dp, sw.dpid, 0, 254, 0, _CAPABILITIES)
             reply.xid = msg.xid
             return [reply]
-        elif isinstance(msg, parser.OFPPortDescStatsRequest):
-            return [self._multipart(parser.OFPPortDescStatsReply, dp,
-                                    sw.port_descs(msg.port_no), msg.xid)]
-        elif isinstance(msg, parser.OFPPortStatsRequest):
-            return [self._multipart(parser.OFPPortStatsReply, dp, sw.port_stats(msg.port_no),
-                                    msg.xid)]
-        elif isinstance(msg, parser.OFPFlowStatsRequest):
-            return [self._multipart(parser.OFPFlowStatsReply, dp, sw.flow_stats(msg.table_id),
-                                    msg.xid)]
-        elif isinstance(msg, parser.OFPGroupStatsRequest):
-            return [self._multipart(parser.OFPGroupStatsReply, dp, sw.group_stats(msg.group_id),
-                                    msg.xid)]
-        elif isinstance(msg, parser.OFPEchoRequest):
-            reply = parser.OFPEchoReply(dp, data=msg.data)
-            reply.xid = msg.xid
-            return [reply]
-        elif isinstance(msg, parser.OFPFeaturesRequest):
-            reply = parser.OFPSwitchFeatures(dp, sw.dpid, 0, 254, 0, _CAPABILITIES)
-            reply.xid = msg.xid
-            return [reply]
-        elif not isinstance(msg, parser.OFPSetConfig):
-            raise UnsupportedFeature(f"{type(msg).__name__} is not modelled by the fake switch")
+        elif kind in _STATS:
+            return [self._multipart(_STATS[kind], dp, _stats_body(kind, dp, sw, msg), msg.xid)]
+        elif kind != "OFPSetConfig":
+            raise UnsupportedFeature(f"{kind} is not modelled by the fake switch")
         return []
 
     @staticmethod
-    def _multipart(cls: type, dp: FakeDatapath, body: list[Any], xid: int | None) -> Any:
+    def _multipart(kind: str, dp: FakeDatapath, body: list[Any], xid: int | None) -> Any:
+        cls = getattr(dp.ofproto_parser, kind)
         reply = cls(dp, body=body, flags=0)
         reply.type = cls.cls_stats_type
         reply.xid = xid
@@ -280,9 +280,10 @@ class AppConnection:
         dp = self.datapaths.get(switch)
         if dp is None:
             return
-        msg = parser.OFPPacketIn(dp, buffer_id=ofp.OFP_NO_BUFFER, total_len=len(data),
-                                 reason=reason, table_id=table_id, cookie=cookie,
-                                 match=parser.OFPMatch(in_port=in_port), data=bytes(data))
+        p = dp.ofproto_parser
+        msg = p.OFPPacketIn(dp, buffer_id=ofp.OFP_NO_BUFFER, total_len=len(data),
+                            reason=reason, table_id=table_id, cookie=cookie,
+                            match=p.OFPMatch(in_port=in_port), data=bytes(data))
         dp.set_xid(msg)
         self.deliver(ofp_event.EventOFPPacketIn(msg))
 
@@ -303,6 +304,54 @@ class AppConnection:
             dp.send_msg(dp.ofproto_parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
         with _frozen_monotonic([app] if app is not None else self.apps, now):
             self.flush()
+
+
+# statistics request -> its reply (the body comes from _stats_body)
+_STATS = {"OFPPortDescStatsRequest": "OFPPortDescStatsReply",
+          "OFPPortStatsRequest": "OFPPortStatsReply",
+          "OFPFlowStatsRequest": "OFPFlowStatsReply",
+          "OFPGroupStatsRequest": "OFPGroupStatsReply"}
+
+
+def negotiate(apps: Iterable[Any]) -> int:
+    """The OpenFlow version a switch and ``apps`` agree on: the highest common one.
+
+    As in os-ken, every app that lists ``OFP_VERSIONS`` narrows the versions
+    the controller offers; the fake switch offers 1.3 and 1.5.
+    """
+    common = set(of13.VERSIONS)
+    for app in apps:
+        common &= set(getattr(app, "OFP_VERSIONS", None) or of13.VERSIONS)
+    if not common:
+        wanted = {type(a).__name__: getattr(a, "OFP_VERSIONS", None) for a in apps}
+        raise HarnessError(f"no OpenFlow version common to the apps {wanted} and the fake "
+                           f"switch (OpenFlow 1.3 and 1.5: {sorted(of13.VERSIONS)})")
+    return max(common)
+
+
+def port_descs(dp: FakeDatapath, sw: FakeSwitch, port_no: int = ofp.OFPP_ANY) -> list[Any]:
+    """The switch's port descriptions in the connection's version."""
+    descs = sw.port_descs(port_no)
+    return [of13.port_desc(d) for d in descs] if _is13(dp) else descs
+
+
+def _stats_body(kind: str, dp: FakeDatapath, sw: FakeSwitch, msg: Any) -> list[Any]:
+    if kind == "OFPPortDescStatsRequest":  # 1.3's request names no port
+        return port_descs(dp, sw, getattr(msg, "port_no", ofp.OFPP_ANY))
+    if kind == "OFPPortStatsRequest":
+        stats = sw.port_stats(msg.port_no)
+        return [of13.port_stats(s) for s in stats] if _is13(dp) else stats
+    if kind == "OFPFlowStatsRequest":
+        if _is13(dp):
+            return of13.flow_stats(sw.flows_in(msg.table_id))
+        return sw.flow_stats(msg.table_id)
+    if _is13(dp):
+        return of13.group_stats(sw.groups_in(msg.group_id))
+    return sw.group_stats(msg.group_id)
+
+
+def _is13(dp: FakeDatapath) -> bool:
+    return dp.ofproto.OFP_VERSION == of13.OF13
 
 
 class _FrozenTime:

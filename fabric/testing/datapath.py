@@ -6,7 +6,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from os_ken.controller.handler import HANDSHAKE_DISPATCHER
-from os_ken.ofproto import ofproto_v1_5, ofproto_v1_5_parser
+
+from fabric.testing.of13 import OF15, VERSIONS
 
 if TYPE_CHECKING:
     from fabric.testing.harness import FakeFabric
@@ -29,13 +30,17 @@ class FakeDatapath:
         Datapath id (:attr:`id`).
     address : tuple
         The peer address an app may log.
+    version : int
+        The negotiated OpenFlow version (``OFP_VERSION`` of 1.3 or 1.5): it
+        chooses :attr:`ofproto` and :attr:`ofproto_parser`.
     """
 
-    ofproto = ofproto_v1_5
-    ofproto_parser = ofproto_v1_5_parser
-
     def __init__(self, fabric: "FakeFabric", switch: str, dpid: int,
-                 address: tuple[str, int] = ("127.0.0.1", 0)):
+                 address: tuple[str, int] = ("127.0.0.1", 0), version: int = OF15):
+        if version not in VERSIONS:
+            raise ValueError(f"OpenFlow version {version:#x} is not modelled "
+                             f"(the fake switch speaks {sorted(VERSIONS)})")
+        self.ofproto, self.ofproto_parser = VERSIONS[version]
         self.fabric = fabric
         self.switch = switch
         self.id = dpid
@@ -85,4 +90,5 @@ class FakeDatapath:
         return self.sent_types["OFPGroupMod"]
 
     def __repr__(self) -> str:
-        return f"FakeDatapath({self.switch!r}, id={self.id:#018x})"
+        return (f"FakeDatapath({self.switch!r}, id={self.id:#018x}, "
+                f"version={self.ofproto.OFP_VERSION:#x})")

@@ -1,5 +1,7 @@
 """One fake OpenFlow 1.5 switch: flow and group tables, ports, the pipeline.
 
+OpenFlow 1.3 connections reach it through :mod:`fabric.testing.of13`.
+
 The subset Open vSwitch implements and fabric's controllers use: any number
 of tables (table 0 first), flow-mod add/modify/delete (strict and not,
 ``out_port``/``out_group``/cookie filters), instructions apply-actions,
@@ -289,20 +291,27 @@ class FakeSwitch(Pipeline):
         return stats
 
 
+    def flows_in(self, table_id: int = ofp.OFPTT_ALL) -> list[FlowEntry]:
+        """The flow entries of one table (``OFPTT_ALL``: every table), in order of addition."""
+        return [f for f in self.flows if table_id in (ofp.OFPTT_ALL, f.table_id)]
+
+    def groups_in(self, group_id: int = ofp.OFPG_ALL) -> list[GroupEntry]:
+        """One group (``OFPG_ALL``: every group, by id)."""
+        return [g for gid, g in sorted(self.groups.items()) if group_id in (ofp.OFPG_ALL, gid)]
+
     def flow_stats(self, table_id: int = ofp.OFPTT_ALL) -> list[Any]:
         """``OFPFlowStats`` entries (OpenFlow 1.5: match and counters, no instructions)."""
         return [parser.OFPFlowStats(table_id=f.table_id, reason=0, priority=f.priority,
                                     match=f.ofp_match or parser.OFPMatch(),
                                     stats=parser.OFPStats(duration=(0, 0), packet_count=f.packets,
                                                           byte_count=f.bytes))
-                for f in self.flows if table_id in (ofp.OFPTT_ALL, f.table_id)]
+                for f in self.flows_in(table_id)]
 
     def group_stats(self, group_id: int = ofp.OFPG_ALL) -> list[Any]:
         """``OFPGroupStats`` entries, with each bucket's counters."""
         stats = []
-        for gid, group in sorted(self.groups.items()):
-            if group_id not in (ofp.OFPG_ALL, gid):
-                continue
+        for group in self.groups_in(group_id):
+            gid = group.group_id
             buckets = [parser.OFPBucketCounter(b.packets, b.bytes) for b in group.buckets]
             stats.append(parser.OFPGroupStats(
                 length=ofp.OFP_GROUP_STATS_SIZE + len(buckets) * ofp.OFP_BUCKET_COUNTER_SIZE,

@@ -20,17 +20,18 @@ from typing import Any
 import networkx as nx
 from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_v1_5 as ofp
-from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 from fabric.model import graph as fg
-from fabric.testing.connection import AppConnection
+from fabric.testing import of13
+from fabric.testing.connection import AppConnection, HarnessError, port_descs
 from fabric.testing.datapath import FakeDatapath
 from fabric.testing.fakeswitch import FakeSwitch, PortCounters
 from fabric.testing.packets import arp_reply_mac, arp_request, ip_packet, packet_fields
 from fabric.testing.tables import OpenFlowError, UnsupportedFeature, normalise
-from fabric.testing.tracing import DEFAULT_HOP_LIMIT, Trace, walk
+from fabric.testing.tracing import DEFAULT_HOP_LIMIT, Exchange, Trace, walk
 
 ERROR_MODES = ("raise", "reply")
+MAX_PACKET_INS = 10_000
 HANDSHAKE_ORDERS = ("os-ken-first", "app-first")
 
 
@@ -83,6 +84,7 @@ class FakeFabric(AppConnection):
         self._pending: deque = deque()
         self._draining = False
         self._connections = 0
+        self.version = of13.OF15  # until connect() negotiates with the apps
 
     # -- the data plane ----------------------------------------------------------------
 
@@ -117,7 +119,7 @@ class FakeFabric(AppConnection):
         Trace
             Hops, deliveries, drops and packet-ins; nothing is raised for a
             drop or a loop. Packet-ins are not delivered to the apps (see
-            :meth:`arp` and :meth:`packet_in`).
+            :meth:`send`, :meth:`arp` and :meth:`packet_in`).
         """
         self.flush()
         if isinstance(packet, (bytes, bytearray)):
@@ -167,20 +169,59 @@ class FakeFabric(AppConnection):
         nic = self.nic_for(src, dst_ip) or self.graph.nodes[src]["nics"][0]
         return ip_packet(nic["mac"], dst_mac, nic["ip"], dst_ip, l4, sport, dport, dscp, payload)
 
+    def send(self, packet: Any, src: str, max_packet_ins: int = MAX_PACKET_INS) -> Exchange:
+        """Send ``packet`` from endpoint ``src`` with the controller in the loop.
+
+        Unlike :meth:`trace`, every packet-in is delivered to the apps, and
+        so is every packet-in caused by a packet-out they send in answer
+        (a flood that misses the next switch's table, say), until none is
+        left. This is how a reactive app (a learning switch) is tested.
+
+        Parameters
+        ----------
+        packet : scapy.packet.Packet or bytes
+            An Ethernet frame.
+        src : str
+            The sending endpoint.
+        max_packet_ins : int
+            Packet-ins after which the exchange is taken for a loop through
+            the controller (a flood on a fabric with cycles) and
+            :class:`HarnessError` is raised.
+
+        Returns
+        -------
+        Exchange
+            The packet's own trace, the traces of the apps' packet-outs and
+            every endpoint reached.
+        """
+        start = len(self.packet_outs)
+        exchange = Exchange(self.trace(packet, src))
+        waiting = deque(exchange.trace.packet_ins)
+        while waiting:
+            if exchange.packet_ins >= max_packet_ins:
+                raise HarnessError(f"more than {max_packet_ins} packet-ins for one packet: "
+                                   "a loop through the controller (flooding a fabric "
+                                   "with cycles?)")
+            pin = waiting.popleft()
+            exchange.packet_ins += 1
+            seen = len(self.packet_outs)
+            self.packet_in(pin.switch, pin.in_port, pin.data, pin.reason, pin.table_id,
+                           pin.cookie)
+            for _, _, out in self.packet_outs[seen:]:
+                waiting.extend(out.packet_ins)
+        exchange.packet_outs = [out for _, _, out in self.packet_outs[start:]]
+        return exchange
+
     def arp(self, src: str, target_ip: str) -> str | None:
         """Resolve ``target_ip`` from endpoint ``src`` through the fabric and the apps.
 
-        Traces an ARP request; packet-ins it causes are delivered to the
-        apps; returns the MAC of an ARP reply for ``target_ip`` that an app's
-        packet-out delivered back to ``src``, or None.
+        Sends an ARP request with :meth:`send`; returns the MAC of an ARP
+        reply for ``target_ip`` that an app's packet-out delivered back to
+        ``src``, or None.
         """
         nic = self.nic_for(src, target_ip) or self.graph.nodes[src]["nics"][0]
-        start = len(self.packet_outs)
-        request = self.trace(arp_request(nic["mac"], nic["ip"], target_ip), src)
-        for pin in request.packet_ins:
-            self.packet_in(pin.switch, pin.in_port, pin.data, pin.reason, pin.table_id,
-                           pin.cookie)
-        for _, _, out in self.packet_outs[start:]:
+        exchange = self.send(arp_request(nic["mac"], nic["ip"], target_ip), src)
+        for out in exchange.packet_outs:
             if src in out.delivered:
                 mac = arp_reply_mac(out.data, target_ip, nic["ip"])
                 if mac is not None:
@@ -204,7 +245,8 @@ class FakeFabric(AppConnection):
             sw = self.switches[node]
             if sw.set_live(port, up) and node in self.datapaths:
                 dp = self.datapaths[node]
-                msg = parser.OFPPortStatus(dp, reason=ofp.OFPPR_MODIFY, desc=sw.port_desc(port))
+                desc = port_descs(dp, sw, port)[0]
+                msg = dp.ofproto_parser.OFPPortStatus(dp, reason=ofp.OFPPR_MODIFY, desc=desc)
                 dp.set_xid(msg)
                 self._post(ofp_event.EventOFPPortStatus(msg))
         self.flush()
@@ -236,11 +278,11 @@ class FakeFabric(AppConnection):
 
     def flow_mods(self, switch: str) -> int:
         """Flow-mods ``switch`` received over all its connections."""
-        return sum(isinstance(m, parser.OFPFlowMod) for m in self.messages[switch])
+        return sum(type(m).__name__ == "OFPFlowMod" for m in self.messages[switch])
 
     def group_mods(self, switch: str) -> int:
         """Group-mods ``switch`` received over all its connections."""
-        return sum(isinstance(m, parser.OFPGroupMod) for m in self.messages[switch])
+        return sum(type(m).__name__ == "OFPGroupMod" for m in self.messages[switch])
 
 
 @functools.lru_cache(maxsize=4096)

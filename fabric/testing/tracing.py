@@ -99,6 +99,31 @@ class Trace:
         return [h.switch for h in self.hops]
 
 
+@dataclass
+class Exchange:
+    """A packet sent with the controller in the loop (:meth:`FakeFabric.send`).
+
+    Attributes
+    ----------
+    trace : Trace
+        The packet's own walk through the tables.
+    packet_outs : list of Trace
+        The walks of every packet-out the apps sent while handling the
+        packet-ins, in the order they were sent.
+    packet_ins : int
+        Packet-ins delivered to the apps.
+    """
+
+    trace: Trace
+    packet_outs: list[Trace] = field(default_factory=list)
+    packet_ins: int = 0
+
+    @property
+    def delivered(self) -> list[str]:
+        """Every endpoint a copy reached, by the tables or by a packet-out."""
+        return self.trace.delivered + [e for t in self.packet_outs for e in t.delivered]
+
+
 class _Fabric(Protocol):
     graph: nx.Graph
     switches: dict[str, FakeSwitch]
@@ -174,4 +199,4 @@ def _count_tx(sw: FakeSwitch, emit: Emit, nbytes: int) -> None:
     counters.tx_bytes += nbytes
 
 
-__all__ = ["DEFAULT_HOP_LIMIT", "Hop", "PacketIn", "Trace", "walk"]
+__all__ = ["DEFAULT_HOP_LIMIT", "Exchange", "Hop", "PacketIn", "Trace", "walk"]

@@ -42,3 +42,26 @@ def test_a_classic_ryu_app_loads_as_an_os_ken_app():
 
     cls = userapp.load_app_class(userapp.parse_app_spec(f"{EXAMPLE}:LearningSwitch13"))
     assert issubclass(cls, OSKenApp) and cls.OFP_VERSIONS == [ofproto_v1_3.OFP_VERSION]
+
+
+def test_the_ryu_learning_switch_passes_a_fabric_testing_test_unmodified():
+    """OpenFlow 1.3, ``ryu.*`` imports: learns, floods, then forwards without the controller."""
+    import topologies
+    from controllers import userapp
+    from fabric.testing import FakeFabric
+    from os_ken.ofproto import ofproto_v1_3
+
+    cls = userapp.load_app_class(userapp.parse_app_spec(f"{EXAMPLE}:LearningSwitch13"))
+    fabric = FakeFabric(topologies.build("leaf-spine,spines=1"))
+    app = fabric.connect(cls())
+    assert all(dp.ofproto is ofproto_v1_3 for dp in fabric.datapaths.values())
+    src, dst = "l0h0", "l1h1"
+    first = fabric.send(fabric.packet(src, dst), src)
+    assert first.trace.delivered == [] and dst in first.delivered  # flooded there
+    assert src in fabric.send(fabric.packet(dst, src), dst).delivered
+    fabric.send(fabric.packet(src, dst), src)  # the first switch learns dst's port
+    trace = fabric.trace(fabric.packet(src, dst), src)
+    assert trace.delivered == [dst] and not trace.packet_ins
+    assert trace.switches == ["l0", "s0", "l1"]
+    uplink = fabric.graph.edges["l0", "s0"]["ports"]["l0"]
+    assert app.where[fabric.switches["l0"].dpid][fabric.graph.nodes[dst]["mac"]] == uplink
