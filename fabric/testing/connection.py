@@ -52,6 +52,7 @@ class AppConnection:
     error_mode: str
     handshake_order: str
     version: int
+    clock: float
     _pending: deque
     _draining: bool
     _detached: dict[str, FakeDatapath]
@@ -233,8 +234,50 @@ class AppConnection:
                                                   data=bytes(msg.buf[:64]))
             reply.xid = msg.xid
             replies = [reply]
-        for reply in replies:
+        for reply in replies + self._flows_removed(dp, self.switches[name]):
             self._post(ofp_event.ofp_msg_to_ev(reply))
+
+    def _flows_removed(self, dp: FakeDatapath | None, sw: FakeSwitch) -> list[Any]:
+        """``OFPFlowRemoved`` for every entry ``sw`` removed that asked for one
+        (``OFPFF_SEND_FLOW_REM``), as Open vSwitch sends them; none on a detached
+        datapath."""
+        removed, sw.removed = sw.removed, []
+        if self.datapaths.get(sw.name) is not dp:
+            return []
+        messages = []
+        for entry, reason in removed:
+            if not entry.flags & ofp.OFPFF_SEND_FLOW_REM:
+                continue
+            if _is13(dp):
+                msg = of13.flow_removed(dp, entry, reason)
+            else:
+                p = dp.ofproto_parser
+                msg = p.OFPFlowRemoved(
+                    dp, table_id=entry.table_id, reason=reason, priority=entry.priority,
+                    idle_timeout=entry.idle_timeout, hard_timeout=entry.hard_timeout,
+                    cookie=entry.cookie, match=entry.ofp_match or p.OFPMatch(),
+                    stats=p.OFPStats(duration=(0, 0), packet_count=entry.packets,
+                                     byte_count=entry.bytes))
+            dp.set_xid(msg)
+            messages.append(msg)
+        return messages
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass on every switch: entries whose idle or hard timeout ran
+        out are removed, and the apps get ``EventOFPFlowRemoved`` for those that asked.
+
+        The clock starts at 0 and moves only here; a traced (counted) packet
+        keeps the entries it matched alive, as traffic does on a real switch.
+        """
+        if seconds < 0:
+            raise ValueError(f"time does not run backwards ({seconds} s)")
+        self.flush()
+        self.clock += seconds
+        for name, sw in self.switches.items():
+            sw.expire(self.clock)
+            for msg in self._flows_removed(self.datapaths.get(name), sw):
+                self._post(ofp_event.ofp_msg_to_ev(msg))
+        self.flush()
 
     def _handle(self, sw: FakeSwitch, dp: FakeDatapath, msg: Any) -> list[Any]:
         """Apply ``msg`` (flow-, group-mods and packet-outs in their 1.5 form); the replies.

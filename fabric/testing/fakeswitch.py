@@ -77,6 +77,9 @@ class FakeSwitch(Pipeline):
         self.flows: list[FlowEntry] = []
         self.groups: dict[int, GroupEntry] = {}
         self._index: dict[int, list[FlowEntry]] | None = None  # rebuilt after changes
+        self.now = 0.0  # the harness clock: flow timeouts count in it
+        # entries removed since the harness last looked, with the OFPRR_* reason
+        self.removed: list[tuple[FlowEntry, int]] = []
 
     # -- tables --------------------------------------------------------------------
 
@@ -84,6 +87,7 @@ class FakeSwitch(Pipeline):
         """Forget every flow and group (an Open vSwitch restart)."""
         self.flows.clear()
         self.groups.clear()
+        self.removed.clear()
         self._index = None
 
     def table(self, table_id: int) -> list[FlowEntry]:
@@ -111,7 +115,7 @@ class FakeSwitch(Pipeline):
         cmd = msg.command
         if cmd in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT):
             doomed = self._selected(msg, strict=cmd == ofp.OFPFC_DELETE_STRICT)
-            self.flows = [f for f in self.flows if not any(f is d for d in doomed)]
+            self._remove(doomed, ofp.OFPRR_DELETE)
             return
         if cmd not in (ofp.OFPFC_ADD, ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
             raise OpenFlowError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_COMMAND,
@@ -126,10 +130,25 @@ class FakeSwitch(Pipeline):
                           if (f.table_id, f.priority, f.match) != (msg.table_id, msg.priority,
                                                                    match)]
             self.flows.append(FlowEntry(msg.table_id, msg.priority, match,
-                                        list(msg.instructions), msg.cookie, msg.match))
+                                        list(msg.instructions), msg.cookie, msg.match,
+                                        idle_timeout=msg.idle_timeout,
+                                        hard_timeout=msg.hard_timeout, flags=msg.flags,
+                                        added_at=self.now, used_at=self.now))
             return
         for entry in self._selected(msg, strict=cmd == ofp.OFPFC_MODIFY_STRICT, filters=False):
             entry.instructions = list(msg.instructions)
+
+    def _remove(self, doomed: list[FlowEntry], reason: int) -> None:
+        if doomed:
+            self._index = None
+            self.flows = [f for f in self.flows if not any(f is d for d in doomed)]
+            self.removed += [(f, reason) for f in doomed]
+
+    def expire(self, now: float) -> None:
+        """Move the clock to ``now`` and remove the entries whose timeout has passed."""
+        self.now = now
+        for reason in (ofp.OFPRR_HARD_TIMEOUT, ofp.OFPRR_IDLE_TIMEOUT):
+            self._remove([f for f in self.flows if f.expired(now) == reason], reason)
 
     def _selected(self, msg: Any, strict: bool, filters: bool = True) -> list[FlowEntry]:
         match = norm_match(msg.match)
@@ -200,7 +219,8 @@ class FakeSwitch(Pipeline):
             doomed = set(self.groups) if gid == ofp.OFPG_ALL else {gid} & set(self.groups)
             for group_id in doomed:
                 del self.groups[group_id]
-                self.flows = [f for f in self.flows if not f.uses_group(group_id)]
+                self._remove([f for f in self.flows if f.uses_group(group_id)],
+                             ofp.OFPRR_GROUP_DELETE)
             return
         if msg.command not in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
             raise UnsupportedFeature(f"group-mod command {msg.command}")

@@ -85,6 +85,7 @@ class FakeFabric(AppConnection):
         self._draining = False
         self._connections = 0
         self.version = of13.OF15  # until connect() negotiates with the apps
+        self.clock = 0.0  # seconds; only advance() moves it (flow timeouts)
 
     # -- the data plane ----------------------------------------------------------------
 

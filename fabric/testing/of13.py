@@ -156,3 +156,13 @@ def group_stats(groups: Iterable[GroupEntry]) -> list[Any]:
             byte_count=sum(b.bytes for b in group.buckets), duration_sec=0, duration_nsec=0,
             bucket_stats=buckets))
     return stats
+
+
+def flow_removed(dp: Any, entry: FlowEntry, reason: int) -> Any:
+    """The 1.3 ``OFPFlowRemoved`` of an entry that left the table for ``reason``."""
+    return _p13.OFPFlowRemoved(dp, cookie=entry.cookie, priority=entry.priority, reason=reason,
+                               table_id=entry.table_id, duration_sec=0, duration_nsec=0,
+                               idle_timeout=entry.idle_timeout,
+                               hard_timeout=entry.hard_timeout, packet_count=entry.packets,
+                               byte_count=entry.bytes,
+                               match=translate_match(_p13, entry.ofp_match))

@@ -66,6 +66,7 @@ class Pipeline:
     groups: dict[int, GroupEntry]
     ports: dict[int, str]
     live: dict[int, bool]
+    now: float
 
     def table(self, table_id: int) -> list[FlowEntry]:
         """Entries of one table, highest priority first (provided by the switch)."""
@@ -127,6 +128,7 @@ class Pipeline:
             if nbytes is not None:
                 entry.packets += 1
                 entry.bytes += nbytes
+                entry.used_at = self.now  # a counted packet keeps the entry alive
             state.table_id, state.cookie = entry.table_id, entry.cookie
             next_table = None
             for inst in entry.instructions:

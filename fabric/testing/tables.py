@@ -130,7 +130,11 @@ def actions_of(instructions: Iterable[Any]) -> Iterator[Any]:
 
 @dataclass
 class FlowEntry:
-    """One flow entry; counters count traced packets."""
+    """One flow entry; counters count traced packets.
+
+    Times are the harness clock's (:meth:`FakeFabric.advance`): when the
+    entry was added and when a counted packet last matched it.
+    """
 
     table_id: int
     priority: int
@@ -140,6 +144,20 @@ class FlowEntry:
     ofp_match: Any = None
     packets: int = 0
     bytes: int = 0
+    idle_timeout: int = 0
+    hard_timeout: int = 0
+    flags: int = 0
+    added_at: float = 0.0
+    used_at: float = 0.0
+
+    def expired(self, now: float) -> int | None:
+        """``OFPRR_IDLE_TIMEOUT`` or ``OFPRR_HARD_TIMEOUT`` if the entry has timed out at
+        ``now``, else None (a timeout of 0 never expires)."""
+        if self.hard_timeout and now - self.added_at >= self.hard_timeout:
+            return ofp.OFPRR_HARD_TIMEOUT
+        if self.idle_timeout and now - self.used_at >= self.idle_timeout:
+            return ofp.OFPRR_IDLE_TIMEOUT
+        return None
 
     def outputs_to(self, port: int) -> bool:
         """True when an action outputs to ``port`` (the flow-mod ``out_port`` filter)."""

@@ -148,6 +148,11 @@ class Recorder(app_manager.OSKenApp):
         self.seen.append(("port", ev.msg.datapath.id, ev.msg.reason, ev.msg.desc.port_no,
                           ev.msg.desc.state))
 
+    @set_ev_cls(ofp_event.EventOFPFlowRemoved, MAIN_DISPATCHER)
+    def _removed(self, ev):
+        self.seen.append(("removed", ev.msg.datapath.id, ev.msg.reason, ev.msg.priority,
+                          ev.msg.stats["packet_count"]))
+
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def _error(self, ev):
         self.seen.append(("error", ev.msg.type, ev.msg.code))
@@ -787,3 +792,34 @@ def test_traces_are_written_as_a_pcap_that_decodes_as_rocev2(tmp_path):
     assert [bytes(p) for p in packets] == [t.data for t in traces] + [bytes(roce)]
     assert packets[0].haslayer(BTH) and not packets[1].haslayer(BTH)
     assert packets[0].time < packets[1].time < packets[2].time
+
+
+def test_flow_timeouts_run_on_the_harness_clock_and_report_removals(fabric):
+    app = fabric.connect(Recorder())
+    dpid = fabric.switches["l0"].dpid
+
+    def timed(priority, idle=0, hard=0, notify=True, **match):
+        send(fabric, "l0", lambda dp: parser.OFPFlowMod(
+            dp, priority=priority, idle_timeout=idle, hard_timeout=hard,
+            flags=ofp.OFPFF_SEND_FLOW_REM if notify else 0, match=parser.OFPMatch(**match),
+            instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [out(3)])]))
+
+    timed(30, idle=2, eth_type=IPV4, ipv4_dst="10.0.0.3")
+    timed(20, hard=3, notify=False, eth_type=IPV4, ipv4_dst="10.0.0.4")
+    timed(10, eth_type=IPV4)  # no timeout: stays
+    fabric.advance(1.5)
+    fabric.trace(tcp(fabric), "l0h0")  # keeps the idle entry alive until 3.5
+    fabric.trace(tcp(fabric), "l0h0", count=False)  # a peek does not
+    fabric.advance(1.5)
+    assert [f.priority for f in fabric.switches["l0"].flows] == [30, 10]  # hard one gone
+    assert "removed" not in app.kinds()  # it did not ask to be told
+    fabric.advance(0.5)
+    assert [f.priority for f in fabric.switches["l0"].flows] == [10]
+    assert app.seen[-1] == ("removed", dpid, ofp.OFPRR_IDLE_TIMEOUT, 30, 1)
+    delete(fabric, "l0", eth_type=IPV4)  # asked for nothing: no message
+    timed(40, eth_type=IPV4, ipv4_dst="10.0.0.3")
+    delete(fabric, "l0", eth_type=IPV4)
+    fabric.flush()
+    assert app.seen[-1] == ("removed", dpid, ofp.OFPRR_DELETE, 40, 0)
+    with pytest.raises(ValueError):
+        fabric.advance(-1)

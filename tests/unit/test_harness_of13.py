@@ -37,7 +37,7 @@ class App13(app_manager.OSKenApp):
     @set_ev_cls([ofp_event.EventOFPPortStatsReply, ofp_event.EventOFPFlowStatsReply,
                  ofp_event.EventOFPGroupStatsReply, ofp_event.EventOFPPortDescStatsReply,
                  ofp_event.EventOFPPortStatus, ofp_event.EventOFPBarrierReply,
-                 ofp_event.EventOFPPacketIn], MAIN_DISPATCHER)
+                 ofp_event.EventOFPPacketIn, ofp_event.EventOFPFlowRemoved], MAIN_DISPATCHER)
     def keep(self, ev):
         self.replies.append(ev.msg)
 
@@ -170,3 +170,18 @@ def test_reactive_send_stops_a_loop_through_the_controller(fabric):
     with pytest.raises(HarnessError, match="loop through the controller"):
         fabric.send(fabric.packet("l0h0", "l1h0"), "l0h0", max_packet_ins=50)
     assert app.replies
+
+
+def test_an_idle_flow_is_removed_with_a_13_flow_removed(fabric, app):
+    dp = fabric.datapaths["l0"]
+    inst = [p13.OFPInstructionActions(ofproto_v1_3.OFPIT_APPLY_ACTIONS,
+                                      [p13.OFPActionOutput(3)])]
+    dp.send_msg(p13.OFPFlowMod(dp, priority=5, idle_timeout=1, cookie=7,
+                               flags=ofproto_v1_3.OFPFF_SEND_FLOW_REM,
+                               match=p13.OFPMatch(eth_type=IPV4, ipv4_dst="10.0.0.3"),
+                               instructions=inst))
+    fabric.trace(fabric.packet("l0h0", "l1h0"), "l0h0")
+    fabric.advance(1.0)
+    removed = [m for m in app.replies if isinstance(m, p13.OFPFlowRemoved)]
+    assert [(m.cookie, m.reason, m.packet_count, m.match["ipv4_dst"]) for m in removed] == [
+        (7, ofproto_v1_3.OFPRR_IDLE_TIMEOUT, 1, "10.0.0.3")]
