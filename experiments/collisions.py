@@ -73,7 +73,8 @@ def policies_in(rows: list[dict[str, Any]]) -> list[str]:
     return [p for p in POLICIES if p in present] + sorted(present - set(POLICIES))
 
 
-def _topologies(ctx: RunContext) -> list[str]:
+def fabric_specs(ctx: RunContext) -> list[str]:
+    """The topology specs the run brings up."""
     if ctx.topo:
         return [ctx.topo]
     return ["rail-clos"] if ctx.quick else ["rail-clos", "fat-tree"]
@@ -81,7 +82,7 @@ def _topologies(ctx: RunContext) -> list[str]:
 
 def check(ctx: RunContext) -> None:
     """Refuse a topology the patterns cannot run on (pure; before anything changes)."""
-    for spec in _topologies(ctx):
+    for spec in fabric_specs(ctx):
         graph = topologies.build(spec)
         for pattern in ("stride",) if ctx.quick else PATTERNS:
             if (len(fg.nodes_with_role(graph, "host")) < 2
@@ -195,7 +196,7 @@ def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps:
 
             run_schedules(emu, runs(), transport,
                           ctx.run_dir / "work" / f"{spec}-{policy}-{host_mbps:g}-{cc}",
-                          progress, row_of, log)
+                          progress, row_of, log, capture_spec=ctx.capture)
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -207,7 +208,7 @@ def plan_grid(ctx: RunContext) -> dict[str, list[tuple[str, str]]]:
     a full run the ablation (the other ccs on the one-flow patterns of the first
     topology), so the figures can say how much of each number is the transport."""
     patterns = ("stride",) if ctx.quick else PATTERNS
-    topos = _topologies(ctx)
+    topos = fabric_specs(ctx)
     grid = {spec: [(p, ctx.cc) for p in patterns] for spec in topos}
     if not ctx.quick:
         grid[topos[0]] += [(p, cc) for cc in CONGESTION_CONTROLS if cc != ctx.cc

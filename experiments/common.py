@@ -1,9 +1,9 @@
 """What every experiment shares: run context, progress, one traffic run.
 
-An experiment module defines ``NAME``, ``QUESTION``, ``check(ctx)`` (pure:
-refuses a topology it cannot run on, before anything changes), ``run(ctx)``
-(needs root: it builds fabrics) and ``plot(run_dir)`` (no root: reads the
-CSVs).
+An experiment module defines ``NAME``, ``QUESTION``, ``fabric_specs(ctx)``
+(pure: the topology specs it brings up), ``check(ctx)`` (pure: refuses a
+topology it cannot run on, before anything changes), ``run(ctx)`` (needs
+root: it builds fabrics) and ``plot(run_dir)`` (no root: reads the CSVs).
 """
 
 from __future__ import annotations
@@ -11,17 +11,41 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 
 from fabric.analysis import plotstyle, results
 from fabric.analysis.report import ideal_spans
 from fabric.emulation import Emulation, EmulationOptions, fidelity
+from fabric.emulation.capture import DEFAULT_MAX_PACKETS, capture, capture_points
 from fabric.emulation.traffic import TrafficResult, build_plan, idle_path_check, run_plan
+from fabric.model import graph as fg
 from fabric.traffic.model import Plan, Transfer, TransportSpec
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """``fabric run --pcap``: packet captures of every traffic run.
+
+    Each run writes ``out_dir/<bring-up>/<run>/<point>.pcap``, where
+    ``<bring-up>`` is the run's work directory under ``work_root``.
+    """
+
+    out_dir: Path
+    work_root: Path
+    at: tuple[str, ...] = ()  # endpoints or links a-b; empty: the fabric's first endpoint
+    max_packets: int = DEFAULT_MAX_PACKETS
+
+    def points(self, graph: Any) -> list:
+        """The capture points on ``graph`` (:func:`capture_points`; ValueError if unknown)."""
+        return capture_points(graph, list(self.at) or sorted(fg.endpoints(graph))[:1])
+
+    def run_dir(self, workdir: Path) -> Path:
+        """Where the captures of the run whose work directory is ``workdir`` go."""
+        return self.out_dir / workdir.relative_to(self.work_root)
 
 
 @dataclass
@@ -37,6 +61,7 @@ class RunContext:
     tcp_cc: str = "cubic"    # the emulated hosts' TCP congestion control
     controller_app: str | None = None  # your own app, run as one more policy
     app_entropy: str = "flow"          # what the senders do under it: flow or packet
+    capture: CaptureSpec | None = None  # --pcap: captures of every run
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def options(self, **kwargs: Any) -> EmulationOptions:
@@ -113,7 +138,7 @@ RowFunction = Callable[[Scheduled, TrafficResult, dict[str, Any]], dict[str, Any
 
 def run_schedules(emu: Emulation, runs: Iterable[Scheduled], transport: TransportSpec,
                   workdir: Path, progress: Progress, row_of: RowFunction, log: RunLog,
-                  deadline_s: float = 120.0) -> None:
+                  deadline_s: float = 120.0, capture_spec: CaptureSpec | None = None) -> None:
     """The idle-path check, then every run on one bring-up, logged with its fidelity.
 
     Parameters
@@ -135,21 +160,39 @@ def run_schedules(emu: Emulation, runs: Iterable[Scheduled], transport: Transpor
         Receives the rows, the flows and the fidelity reports.
     deadline_s : float
         A run that has not finished by then fails.
+    capture_spec : CaptureSpec, optional
+        Capture packets during every run (``fabric run --pcap``).
     """
     idle = idle_check(emu, transport, workdir / "idle")
     for run in runs:
         progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))
         if run.prepare:
             run.prepare(emu)
-        during = {"during": run.during} if run.during else {}
+        during = run.during
+        if capture_spec is not None:
+            during = _captured(capture_spec, capture_spec.run_dir(workdir / run.name), during)
         result = traffic_run(emu, run.transfers, transport, workdir / run.name, run.seed,
-                             deadline_s=deadline_s, **during)
+                             deadline_s=deadline_s, during=during)
         report = fidelity_of(result, [idle])
         log.reports.append(report)
         log.rows.append({**run.keys, **row_of(run, result, report), **run_checks(report)})
         log.flows += [{**run.keys, "id": r["id"], "src": r["src"], "dst": r["dst"],
                        "bytes": r["bytes"], "fct_s": r["fct_s"],
                        "path": "/".join(r["path"] or [])} for r in result.transfer_rows()]
+
+
+def _captured(spec: CaptureSpec, out_dir: Path,
+              inner: Callable[[Emulation, Plan], AbstractContextManager] | None
+              ) -> Callable[[Emulation, Plan], AbstractContextManager]:
+    """A ``during`` that captures packets around ``inner`` (the run's own, if any)."""
+
+    @contextmanager
+    def during(emu: Emulation, plan: Plan) -> Iterator[None]:
+        with capture(spec.points(emu.graph), out_dir, emu.state, spec.max_packets):
+            with inner(emu, plan) if inner else nullcontext():
+                yield
+
+    return during
 
 
 def traffic_run(emu: Emulation, transfers: list[Transfer], transport: TransportSpec,

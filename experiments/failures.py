@@ -384,6 +384,11 @@ def _topology(ctx: RunContext) -> str:
     return ctx.topo or topologies.DEFAULT_SPEC
 
 
+def fabric_specs(ctx: RunContext) -> list[str]:
+    """The topology specs the run brings up."""
+    return [_topology(ctx)]
+
+
 def ring_ranks(graph: nx.Graph, seed: int) -> list[str]:
     """Every compute host, in a seeded random ring order."""
     return rank_hosts(graph, placement="random", seed=seed)
@@ -475,7 +480,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
 
             run_schedules(emu, runs(), transport, ctx.run_dir / "work" / policy, progress,
                           row_of, log, deadline_s=DEADLINE_FACTOR * line_rate_s(
-                              len(ring_ranks(graph, 0)), size, used))
+                              len(ring_ranks(graph, 0)), size, used),
+                          capture_spec=ctx.capture)
     add_slowdowns(log.rows)
     fid = log.write(ctx.run_dir)
     results.write_csv(ctx.run_dir / "timeline.csv", timeline_rows)

@@ -150,6 +150,11 @@ def incast_transfers(graph: nx.Graph, spec: PatternSpec) -> tuple[list[Transfer]
     return transfers, participants[0], participants[1:]
 
 
+def fabric_specs(ctx: RunContext) -> list[str]:
+    """The topology specs the run brings up."""
+    return [ctx.topo or DEFAULT_TOPO]
+
+
 def check(ctx: RunContext) -> None:
     """Refuse a topology without a client and enough servers for the largest fan-in."""
     graph = topologies.build(ctx.topo or DEFAULT_TOPO)
@@ -263,7 +268,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                                     set_rto_min(emu, endpoints, ms))
 
             run_schedules(emu, runs(), transport, ctx.run_dir / "work" / f"q{buffer_pkts}",
-                          progress, row_of, log, deadline_s=30.0 if ctx.quick else 60.0)
+                          progress, row_of, log, deadline_s=30.0 if ctx.quick else 60.0,
+                          capture_spec=ctx.capture)
             set_rto_min(emu, endpoints, DEFAULT_RTO_MS)
     rows = log.rows
     fid = log.write(ctx.run_dir)

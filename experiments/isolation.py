@@ -142,6 +142,11 @@ def iteration_transfers(graph: nx.Graph, host_mbps: float, with_storage: bool,
     return out
 
 
+def fabric_specs(ctx: RunContext) -> list[str]:
+    """The topology specs the run brings up."""
+    return [ctx.topo or DEFAULT_TOPO]
+
+
 def check(ctx: RunContext) -> None:
     """Refuse a topology without the ring's ranks and its storage servers."""
     roles(topologies.build(ctx.topo or DEFAULT_TOPO))
@@ -241,7 +246,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                     for seed in seeds for iteration in range(mode.iterations)
                     for phase in PHASES)
             run_schedules(emu, runs, transport, ctx.run_dir / "work" / lanes_name, progress,
-                          _row_of, log, deadline_s=60.0)
+                          _row_of, log, deadline_s=60.0, capture_spec=ctx.capture)
     rows = log.rows
     add_slowdowns(rows)
     fid = log.write(ctx.run_dir)

@@ -151,6 +151,11 @@ def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
     return out
 
 
+def fabric_specs(ctx: RunContext) -> list[str]:
+    """The topology specs the run brings up."""
+    return [spec for _, spec in topology_specs(ctx.topo)]
+
+
 def check(ctx: RunContext) -> None:
     """Refuse a topology without leaf oversubscription or two hosts under a leaf."""
     for _, spec in topology_specs(ctx.topo):
@@ -277,7 +282,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                                "link_mbps": emu.report.rate_plan.link_mbps})
                     for seed in seeds for sched in schedules(graph, seed, used, target, n))
             run_schedules(emu, runs, transport, ctx.run_dir / "work" / f"over{over}", progress,
-                          _row_of, log, deadline_s=max(30.0, DEADLINE_FACTOR * target))
+                          _row_of, log, deadline_s=max(30.0, DEADLINE_FACTOR * target),
+                          capture_spec=ctx.capture)
     rows = log.rows
     fid = log.write(ctx.run_dir)
     table = _table(rows)

@@ -208,6 +208,11 @@ def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
     return runs
 
 
+def fabric_specs(ctx: RunContext) -> list[str]:
+    """The topology specs the run brings up."""
+    return [ctx.topo or DEFAULT_TOPO]
+
+
 def check(ctx: RunContext) -> None:
     """Refuse a topology without two zones of compute hosts and dual-homed storage."""
     schedules(topologies.build(ctx.topo or DEFAULT_TOPO), 0, 1.0, TARGET_S[ctx.quick])
@@ -341,7 +346,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                                  "link_mbps": emu.report.rate_plan.link_mbps})
                 for seed in seeds for sched in schedules(graph, seed, host_mbps, target, n))
         run_schedules(emu, runs, transport, ctx.run_dir / "work", progress, _row_of, log,
-                      deadline_s=max(30.0, DEADLINE_FACTOR * target))
+                      deadline_s=max(30.0, DEADLINE_FACTOR * target), capture_spec=ctx.capture)
     rows = log.rows
     fid = log.write(ctx.run_dir)
     table = _table(rows)

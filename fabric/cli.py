@@ -222,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _build_graph(args.topo, "--topo")  # a bad spec fails here, before anything changes
     module = importlib.import_module(EXPERIMENTS[args.name])
     _check_controller_app(args, module)
+    _check_pcap_args(args)
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps, cc=args.cc, tcp_cc=args.tcp_cc,
                      controller_app=args.controller_app,
@@ -230,11 +231,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         module.check(ctx)  # the experiment can run on this topology
     except ValueError as exc:
         raise UsageError(f"argument --topo: {exc}" if args.topo else str(exc)) from None
+    if args.pcap is not None:
+        ctx.capture = _run_capture(args, ctx, module.fabric_specs(ctx))
     system.preflight()  # not root or tools missing: say so before making the run directory
     run_dir = results.new_run_dir(ctx.run_dir)
     outcome = module.run(ctx)
+    pcap = ({"pcap": {"dir": str(args.pcap), "at": args.pcap_at or "first endpoint",
+                      "packets_per_file": args.pcap_packets}} if ctx.capture else {})
     results.write_manifest(run_dir, args.name, {**outcome["parameters"], "quick": args.quick,
-                                                "started": ctx.started},
+                                                "started": ctx.started, **pcap},
                            outcome["seeds"], outcome["fidelity"])
     figures = module.plot(run_dir)
     print(format_table(args.name, outcome))
@@ -243,6 +248,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"transport: TCP, {parameters['tcp_cc']} congestion control in every host")
     if "cc" in parameters:
         print(f"transport: roce, {parameters['cc']} congestion control")
+    if ctx.capture:
+        print(f"pcap: {sum(1 for _ in args.pcap.rglob('*.pcap'))} files in {args.pcap}")
     print(f"results: {run_dir}  (figures: {', '.join(p.name for p in figures if p.suffix == '.png')})")
     return 0 if outcome["fidelity"]["valid"] else 1
 
@@ -324,6 +331,22 @@ def _is_root() -> bool:
     import os
 
     return os.geteuid() == 0
+
+
+def _run_capture(args: argparse.Namespace, ctx: Any, specs: list[str]) -> Any:
+    """``fabric run --pcap``: what to capture, checked on every fabric the run brings up."""
+    from experiments.common import CaptureSpec
+
+    if args.pcap.absolute() == ctx.run_dir.absolute():
+        raise UsageError("argument --pcap: name a directory apart from --out")
+    spec = CaptureSpec(args.pcap, ctx.run_dir / "work", tuple(args.pcap_at or ()),
+                       args.pcap_packets)
+    for topo in specs:
+        try:
+            spec.points(_build_graph(topo, "--topo"))
+        except ValueError as exc:
+            raise UsageError(f"argument --pcap-at: on {topo}: {exc}") from None
+    return spec
 
 
 def _check_controller_app(args: argparse.Namespace, module: Any) -> None:
@@ -451,16 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "AIMD (default: swift)")
     traffic.add_argument("--deadline", type=argtypes.positive_number(), default=120.0,
                          help="seconds")
-    traffic.add_argument("--pcap", metavar="DIR", type=argtypes.new_dir, default=None,
-                         help="write packet captures (pcap, headers only) into this new "
-                              "directory while the traffic runs")
-    traffic.add_argument("--pcap-at", metavar="WHERE", action="append", default=None,
-                         help="an endpoint (all its links) or a link a-b to capture; repeat "
-                              "for more (default: the first endpoint of the pattern)")
-    traffic.add_argument("--pcap-packets", type=argtypes.integer(1, MAX_PCAP_PACKETS),
-                         default=DEFAULT_PCAP_PACKETS,
-                         help=f"at most this many packets per capture file (default: "
-                              f"{DEFAULT_PCAP_PACKETS})")
+    _pcap_args(traffic, "while the traffic runs", "the first endpoint of the pattern")
     traffic.add_argument("--format", choices=("json", "csv"), default="json")
     traffic.add_argument("--keep", metavar="DIR", type=argtypes.new_dir,
                          help="keep plan, agent reports and logs in this new directory")
@@ -488,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--app-entropy", choices=("flow", "packet"), default=None,
                      help="with --controller-app: one UDP source port per flow (default) or a "
                           "new one per packet (spraying)")
+    _pcap_args(run, "of every run, one subdirectory per run", "the fabric's first endpoint")
     run.set_defaults(func=cmd_run)
 
     plot = sub.add_parser("plot", help="draw an experiment's figures from its directory")
@@ -503,11 +518,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _pcap_args(parser: argparse.ArgumentParser, when: str, default_at: str) -> None:
+    parser.add_argument("--pcap", metavar="DIR", type=argtypes.new_dir, default=None,
+                        help=f"write packet captures (pcap, headers only) into this new "
+                             f"directory, {when}")
+    parser.add_argument("--pcap-at", metavar="WHERE", action="append", default=None,
+                        help=f"an endpoint (all its links) or a link a-b to capture; repeat "
+                             f"for more (default: {default_at})")
+    parser.add_argument("--pcap-packets", type=argtypes.integer(1, MAX_PCAP_PACKETS),
+                        default=DEFAULT_PCAP_PACKETS,
+                        help=f"at most this many packets per capture file (default: "
+                             f"{DEFAULT_PCAP_PACKETS})")
+
+
+def _check_pcap_args(args: argparse.Namespace) -> None:
+    if args.pcap is None and (args.pcap_at or args.pcap_packets != DEFAULT_PCAP_PACKETS):
+        raise UsageError("argument --pcap-at/--pcap-packets: give --pcap DIR as well")
+
+
 def check_traffic_args(args: argparse.Namespace) -> None:
     """Refuse options that the chosen transport (or a missing --pcap) would silently
     ignore."""
-    if args.pcap is None and (args.pcap_at or args.pcap_packets != DEFAULT_PCAP_PACKETS):
-        raise UsageError("argument --pcap-at/--pcap-packets: give --pcap DIR as well")
+    _check_pcap_args(args)
     if args.transport != "roce" and args.entropy != "flow":
         raise UsageError("argument --entropy: applies to --transport roce only")
     if args.transport != "tcp" and args.connections != 1:

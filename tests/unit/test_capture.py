@@ -35,3 +35,14 @@ def test_the_packet_cap_is_bounded(tmp_path, count):
     with pytest.raises(ValueError, match="max_packets"):
         with capture([], tmp_path, state=None, max_packets=count):
             pass
+
+
+def test_run_captures_go_beside_the_runs_work_directories(graph, tmp_path):
+    from experiments.common import CaptureSpec
+
+    spec = CaptureSpec(tmp_path / "pcap", tmp_path / "out" / "work")
+    assert spec.run_dir(tmp_path / "out" / "work" / "ecmp" / "0-stride") == (
+        tmp_path / "pcap" / "ecmp" / "0-stride")
+    assert spec.points(graph) == capture_points(graph, [sorted(fg.endpoints(graph))[0]])
+    named = CaptureSpec(tmp_path, tmp_path, ("l0-s1", "l1h0"))
+    assert [p.name for p in named.points(graph)] == ["l0-s1", "l1h0-l1"]
