@@ -1,9 +1,11 @@
 """Which switches each flow crossed: per-flow OpenFlow monitor entries.
 
 For every flow of interest we add, on every switch, an exact-match entry
-above the controller's classification (table 0) that does what the
-classification would (set the lane's queue, continue to routing) and only
-adds a counter. After the traffic, the switches whose entry counted packets
+above everything the controller put in table 0. It only counts: it marks
+the packet in register 7 (:data:`MARK_REG`, invisible on the wire) and
+resubmits it to table 0, where the mark keeps it from matching again, so the
+controller's own entries handle it as if the monitor were not there: fabric's
+policies, and a user's app with whatever pipeline it builds. After the traffic, the switches whose entry counted packets
 are the flow's path; with the graph they give the exact hop sequence. This
 is exact for hashed paths (the select group's choice cannot be predicted
 from outside the datapath) and cheap: one entry per flow per switch, read
@@ -22,12 +24,11 @@ import networkx as nx
 
 from fabric.emulation import system
 from fabric.model import graph as fg
-from fabric.model.lanes import SINGLE_LANE, LaneConfig
-from fabric.routing.tables import PRIORITY_CONTROL, TABLE_ROUTE
 
 COOKIE_PREFIX = 0xF1 << 56
 COOKIE_MASK = 0xFF << 56
-PRIORITY_MONITOR = PRIORITY_CONTROL + 100
+PRIORITY_MONITOR = 65000  # above any entry a controller is likely to use
+MARK_REG = "reg7"         # an Open vSwitch register: pipeline metadata, never on the wire
 PROTO_NAMES = {6: "tcp", 17: "udp"}
 
 
@@ -43,18 +44,15 @@ class FlowKey:
     dscp: int = 0
 
 
-def monitor_flow(index: int, key: FlowKey, lanes: LaneConfig = SINGLE_LANE) -> str:
-    """One ``ovs-ofctl add-flows`` line for monitor ``index``."""
+def monitor_flow(index: int, key: FlowKey) -> str:
+    """One ``ovs-ofctl add-flows`` line for monitor ``index``: count, mark, resubmit."""
     proto = PROTO_NAMES[key.proto]
     fields = [f"cookie={COOKIE_PREFIX | index:#x}", "table=0", f"priority={PRIORITY_MONITOR}",
-              proto, f"nw_src={key.src_ip}", f"nw_dst={key.dst_ip}", f"tp_dst={key.dst_port}",
-              f"ip_dscp={key.dscp}"]
+              f"{MARK_REG}=0", proto, f"nw_src={key.src_ip}", f"nw_dst={key.dst_ip}",
+              f"tp_dst={key.dst_port}", f"ip_dscp={key.dscp}"]
     if key.src_port is not None:
         fields.append(f"tp_src={key.src_port}")
-    actions = []
-    if lanes.isolating:  # keep the lane the classification would have chosen
-        actions.append(f"set_queue:{lanes.queue_for_dscp(key.dscp)}")
-    actions.append(f"goto_table:{TABLE_ROUTE}")
+    actions = [f"load:1->NXM_NX_{MARK_REG.upper()}[]", "resubmit(,0)"]
     return ",".join(fields) + ",actions=" + ",".join(actions) + "\n"
 
 
@@ -90,14 +88,13 @@ def path_from_switches(graph: nx.Graph, src: str, dst: str, crossed: set[str]) -
 class FlowMonitor:
     """Install monitors for ``keys`` on every switch; read their paths later."""
 
-    def __init__(self, graph: nx.Graph, keys: list[FlowKey], lanes: LaneConfig = SINGLE_LANE):
+    def __init__(self, graph: nx.Graph, keys: list[FlowKey]):
         self.graph = graph
         self.keys = keys
-        self.lanes = lanes
 
     def install(self) -> None:
         """Add the monitor entries to every bridge."""
-        lines = "".join(monitor_flow(i, k, self.lanes) for i, k in enumerate(self.keys))
+        lines = "".join(monitor_flow(i, k) for i, k in enumerate(self.keys))
         for sw in fg.switches(self.graph):
             system.run(["ovs-ofctl", "-O", "OpenFlow15", "add-flows", sw, "-"],
                        input_text=lines, timeout=30)

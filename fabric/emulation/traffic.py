@@ -206,7 +206,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     workdir.mkdir(parents=True, exist_ok=True)
     involved = sorted({t.src for t in plan.transfers} | {t.dst for t in plan.transfers})
     keys, first_key = flow_keys(plan)
-    monitor = FlowMonitor(emu.graph, keys, emu.options.lanes) if monitor_paths else None
+    monitor = FlowMonitor(emu.graph, keys) if monitor_paths else None
     if monitor:
         monitor.install()
     # installing hundreds of monitors can outlast the plan's lead: agents started after
