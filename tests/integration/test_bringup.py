@@ -183,11 +183,13 @@ def test_busy_controller_port_is_refused() -> None:
 @pytest.mark.parametrize("spec, app", [
     ("leaf-spine", f"{ROOT}/tests/data/user_apps.py:StaticEcmp"),
     ("leaf-spine", "controllers.spray:SprayApp"),
-    ("leaf-spine,spines=1", "examples/ryu_learning_switch.py:LearningSwitch13")])
+    ("leaf-spine,spines=1", "examples/ryu_learning_switch.py:LearningSwitch13"),
+    ("leaf-spine", "examples/flowlet_switching.py:FlowletSwitching")])
 def test_your_own_controller_app_routes_the_fabric(spec: str, app: str) -> None:
     """A plain os-ken app (readiness: every switch connected), a PolicyApp subclass
-    (readiness from its status file) and a classic Ryu app speaking OpenFlow 1.3 (on a
-    loop-free fabric) each route every pair under `fabric up`."""
+    (readiness from its status file), a classic Ryu app speaking OpenFlow 1.3 (on a
+    loop-free fabric) and the flowlet example (OpenFlow 1.3, reactive on the multipath
+    hops) each route every pair under `fabric up`."""
     proc = subprocess.run([*FABRIC, "up", spec, "--controller-app", app], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

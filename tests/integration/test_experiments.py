@@ -50,17 +50,42 @@ def test_quick_run_writes_a_complete_result(name: str, tmp_path: Path) -> None:
     assert second.returncode == 2 and "never overwritten" in second.stderr
 
 
-def test_your_own_app_is_one_more_policy_in_collisions(tmp_path: Path) -> None:
-    out = tmp_path / "collisions"
+def test_the_flowlet_example_is_one_more_policy_in_collisions_with_captures(
+        tmp_path: Path) -> None:
+    """The worked example's last step (its own rows in a quick collisions run), with
+    `--pcap` capturing every run at one link."""
+    from scapy.contrib.roce import BTH
+    from scapy.utils import rdpcap
+
+    out, pcap = tmp_path / "collisions", tmp_path / "pcap"
     proc = subprocess.run([sys.executable, "-m", "fabric.cli", "run", "collisions", "--quick",
-                           "--controller-app", f"{ROOT}/tests/data/user_apps.py:StaticEcmp",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=420)
+                           "--controller-app",
+                           "examples/flowlet_switching.py:FlowletSwitching",
+                           "--pcap", str(pcap), "--pcap-at", "h0g0",
+                           "--pcap-packets", "200", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     policies = [r["policy"] for r in summary["table"]]
-    assert policies == ["ecmp", "spray", "adaptive", "StaticEcmp"] and summary["valid"]
-    mine = next(r for r in summary["table"] if r["policy"] == "StaticEcmp")
+    assert policies == ["ecmp", "spray", "adaptive", "FlowletSwitching"] and summary["valid"]
+    mine = next(r for r in summary["table"] if r["policy"] == "FlowletSwitching")
     assert mine["norm_throughput"] and mine["collisions"] is not None  # flows were traced
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["parameters"]["controller_app"].endswith("user_apps.py:StaticEcmp")
+    assert manifest["parameters"]["controller_app"].endswith("flowlet_switching.py:"
+                                                             "FlowletSwitching")
+    assert manifest["parameters"]["pcap"]["at"] == ["h0g0"]
+    runs = len(list(csv_rows(out / "runs.csv")))
+    files = sorted(pcap.rglob("*.pcap"))
+    assert len(files) == runs * 1  # h0g0 has one NIC on rail-clos: one link per run
+    for path in files:
+        packets = rdpcap(str(path))
+        assert 0 < len(packets) <= 200
+        assert any(p.haslayer(BTH) for p in packets), path
+    assert f"pcap: {runs} files" in proc.stdout
+
+
+def csv_rows(path: Path) -> list[dict]:
+    import csv
+
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
