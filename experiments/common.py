@@ -162,7 +162,20 @@ def run_schedules(emu: Emulation, runs: Iterable[Scheduled], transport: Transpor
         A run that has not finished by then fails.
     capture_spec : CaptureSpec, optional
         Capture packets during every run (``fabric run --pcap``).
+
+    The controller's log is copied to ``workdir/controller.log`` at the end,
+    also when a run fails.
     """
+    try:
+        _run_all(emu, runs, transport, workdir, progress, row_of, log, deadline_s,
+                 capture_spec)
+    finally:  # the controller's log goes with the run, whatever happened
+        emu.save_controller_log(workdir / "controller.log")
+
+
+def _run_all(emu: Emulation, runs: Iterable[Scheduled], transport: TransportSpec,
+             workdir: Path, progress: Progress, row_of: RowFunction, log: RunLog,
+             deadline_s: float, capture_spec: CaptureSpec | None) -> None:
     idle = idle_check(emu, transport, workdir / "idle")
     for run in runs:
         progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))

@@ -169,9 +169,13 @@ def cmd_traffic(args: argparse.Namespace) -> int:
                           port_seed=args.seed)
         print(f"running {len(transfers)} transfers of {spec.name} on {len(participants)} "
               f"endpoints...", file=sys.stderr)
-        with (capture(points, args.pcap, emu.state, args.pcap_packets) if args.pcap
-              else contextlib.nullcontext([])) as pcaps:
-            result = run_plan(emu, plan, workdir)
+        try:
+            with (capture(points, args.pcap, emu.state, args.pcap_packets) if args.pcap
+                  else contextlib.nullcontext([])) as pcaps:
+                result = run_plan(emu, plan, workdir)
+        finally:
+            if args.keep:  # the controller's log is kept with the plan and agent reports
+                emu.save_controller_log(workdir / "controller.log")
         if pcaps:
             print(f"pcap: {len(pcaps)} files in {args.pcap} "
                   f"({', '.join(p.name for p in pcaps)})", file=sys.stderr)
@@ -477,7 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
     _pcap_args(traffic, "while the traffic runs", "the first endpoint of the pattern")
     traffic.add_argument("--format", choices=("json", "csv"), default="json")
     traffic.add_argument("--keep", metavar="DIR", type=argtypes.new_dir,
-                         help="keep plan, agent reports and logs in this new directory")
+                         help="keep plan, agent reports and logs (the controller's too) in this "
+                              "new directory")
     _emulation_args(traffic)
     traffic.set_defaults(func=cmd_traffic)
 

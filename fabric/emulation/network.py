@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -404,6 +405,16 @@ class Emulation:
             intf = host.intf(fg.intf_name(endpoint, nic["port"]))
             intf.ip, intf.mac = nic["ip"], nic["mac"]
             intf.prefixLen = int(nic["prefix"].split("/")[1])
+
+    def save_controller_log(self, path: Path) -> bool:
+        """Copy the log of the controller this emulation started to ``path`` (the
+        scratch copy goes at teardown); False when it started none (remote)."""
+        log = self.workdir / "controller.log" if self.workdir else None
+        if log is None or not log.exists():
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, path)
+        return True
 
     @property
     def controller_address(self) -> tuple[str, int]:

@@ -74,6 +74,9 @@ def test_the_flowlet_example_is_one_more_policy_in_collisions_with_captures(
     assert manifest["parameters"]["controller_app"].endswith("flowlet_switching.py:"
                                                              "FlowletSwitching")
     assert manifest["parameters"]["pcap"]["at"] == ["h0g0"]
+    logs = {p.parent.name: p for p in out.glob("work/*/controller.log")}
+    assert len(logs) == 4, logs  # every bring-up keeps its controller's log
+    assert "FlowletSwitching" in next(v for k, v in logs.items() if "Flowlet" in k).read_text()
     runs = len(list(csv_rows(out / "runs.csv")))
     files = sorted(pcap.rglob("*.pcap"))
     assert len(files) == runs * 1  # h0g0 has one NIC on rail-clos: one link per run
