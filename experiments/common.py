@@ -185,7 +185,7 @@ def _run_all(emu: Emulation, runs: Iterable[Scheduled], transport: TransportSpec
         if capture_spec is not None:
             during = _captured(capture_spec, capture_spec.run_dir(workdir / run.name), during)
         result = traffic_run(emu, run.transfers, transport, workdir / run.name, run.seed,
-                             deadline_s=deadline_s, during=during)
+                             deadline_s=deadline_s, **({"during": during} if during else {}))
         report = fidelity_of(result, [idle])
         log.reports.append(report)
         log.rows.append({**run.keys, **row_of(run, result, report), **run_checks(report)})

@@ -5,7 +5,6 @@ its figures against a fake fabric that records what was done to it."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,10 +14,11 @@ from experiments import EXPERIMENTS, common, failures
 from experiments.common import RunContext
 from fabric.analysis import results
 from fabric.cli import format_table
-from fabric.emulation import capacity, fidelity
+from fabric.emulation import fidelity
 from fabric.model import graph as fg
 from fabric.traffic import ideal
 from fabric.traffic.model import Plan, ScheduleError, Transfer
+from tests import fake_emulation
 
 
 @pytest.fixture(scope="module")
@@ -215,22 +215,10 @@ def test_the_injector_keeps_controller_events_the_status_window_dropped():
 
 # --- run() against a fake fabric ------------------------------------------------------------
 
-class FakeEmulation:
+class FakeEmulation(fake_emulation.FakeEmulation):
     """Records link actions; no system is touched."""
 
     actions: list = []
-
-    def __init__(self, graph, options):
-        self.graph = graph
-        self.options = options
-        self.report = SimpleNamespace(rate_plan=capacity.plan_rates(
-            graph, options.host_mbps or 3.0, enforce_budget=False))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
     def set_link_state(self, links, up):
         FakeEmulation.actions.append(("up" if up else "down", tuple(links)))

@@ -17,6 +17,7 @@ from fabric.emulation.traffic import TrafficResult
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE
 from fabric.traffic.model import Plan, validate_schedule
+from tests import fake_emulation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -356,24 +357,10 @@ def test_fabric_plot_redraws_from_the_directory(tmp_path, name):
 
 # --- run() end to end on a fake fabric (no root) ---------------------------------
 
-class _FakeEmulation:
+class _FakeEmulation(fake_emulation.FakeEmulation):
     """Stands in for :class:`fabric.emulation.Emulation`: records its options."""
 
-    made: list = []
-
-    def __init__(self, graph, options):
-        from types import SimpleNamespace
-
-        self.graph, self.options = graph, options
-        self.report = SimpleNamespace(rate_plan=SimpleNamespace(host_mbps=options.host_mbps
-                                                                or 5.5))
-        _FakeEmulation.made.append(options)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
+    default_mbps = 5.5
 
 
 def _fake_fabric(monkeypatch, module, fail_prefix=None):

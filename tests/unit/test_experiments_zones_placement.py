@@ -19,6 +19,7 @@ from fabric.cli import format_table
 from fabric.emulation import fidelity
 from fabric.model import graph as fg
 from fabric.traffic.model import Plan, validate_schedule
+from tests import fake_emulation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,21 +247,10 @@ def test_placement_rows_and_table(rgraphs):
 
 # --- run() against a fake fabric ---------------------------------------------------
 
-class FakeEmulation:
+class FakeEmulation(fake_emulation.FakeEmulation):
     """Stands in for a running fabric: only the rate plan is read."""
 
-    def __init__(self, graph, options):
-        from fabric.emulation import capacity
-
-        self.graph = graph
-        self.report = SimpleNamespace(rate_plan=capacity.plan_rates(
-            graph, options.host_mbps or 5.0, enforce_budget=False))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
+    default_mbps = 5.0
 
 
 def _fake_traffic(fail_ids=()):
