@@ -209,7 +209,8 @@ def _print_csv(rows: list[dict]) -> None:
     writer = csv.DictWriter(sys.stdout, fieldnames=keys)
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("/".join(v) if isinstance(v, list) else v) for k, v in row.items()})
+        writer.writerow({k: ("/".join(map(str, v)) if isinstance(v, list) else v)
+                         for k, v in row.items()})
 
 
 def cmd_run(args: argparse.Namespace) -> int:

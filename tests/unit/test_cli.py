@@ -169,3 +169,13 @@ def test_every_bring_up_says_which_controller_routes_it():
     assert controller_text(args(controller_app="/x/app.py:Mine")) == "your app /x/app.py:Mine"
     assert controller_text(args(controller="remote:127.0.0.1:6633")) == \
         "remote 127.0.0.1:6633 (already running)"
+
+
+def test_traffic_csv_joins_list_cells_of_any_type(capsys):
+    from fabric.cli import _print_csv
+
+    _print_csv([{"id": "t0", "path": ["h0", "l0", "h1"], "src_ports": [49152, 49153]},
+                {"id": "t1", "fct_s": 1.5}])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "fct_s,id,path,src_ports"
+    assert lines[1:] == [",t0,h0/l0/h1,49152/49153", "1.5,t1,,"]
