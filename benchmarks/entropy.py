@@ -1,9 +1,10 @@
-"""How evenly a sprayed flow splits over the spines, by the size of its entropy pool (root).
+"""How evenly a sprayed flow splits over the spines, by entropy pool and mode (root).
 
 Spraying sends each packet with the next UDP source port of a pool of N
 values; the switches' hash maps each value to one uplink, so with a finite
 pool the split is as uneven as the hash's mapping of those N values, and the
-busiest uplink limits the flow. On the default rail-clos under the spray
+busiest uplink limits the flow. ``recycle`` (after REPS) reuses the ports
+whose packets arrived without queueing, which should even the split out. On the default rail-clos under the spray
 policy, the stride permutation of the collisions experiment (every flow
 crosses the spines), for each pool size in ``--pools`` and each seed it
 prints the busiest leaf uplink's share of its leaf's uplink bytes (1/spines
@@ -14,6 +15,7 @@ the switches made, and the OVS input delay (the fidelity check, at most
 Usage::
 
     sudo .venv/bin/python benchmarks/entropy.py [--pools 64,256,1024] [--seeds 3]
+        [--entropy packet,recycle] [--cc swift|loss]
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from fabric import argtypes
 from experiments.common import fidelity_of, idle_check, traffic_run
 from fabric.analysis.report import ideal_spans
 from fabric.emulation import Emulation, EmulationOptions
-from fabric.traffic.model import ScheduleError, TransportSpec
+from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, TransportSpec
 
 
 def main() -> None:
@@ -39,12 +41,20 @@ def main() -> None:
     parser.add_argument("--seeds", type=argtypes.integer(1, 1000), default=3,
                         help="stride runs per pool (default: 3)")
     parser.add_argument("--spec", default="rail-clos", help="topology (default: rail-clos)")
+    parser.add_argument("--entropy", default="packet",
+                        help="spraying modes, comma-separated: packet, recycle "
+                             "(default: packet)")
+    parser.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift",
+                        help="roce congestion control (default: swift)")
     args = parser.parse_args()
-    try:  # every pool checked before anything is set up
-        transports = {int(pool): TransportSpec("roce", entropy="packet", entropy_ports=int(pool))
-                      for pool in args.pools.split(",")}
+    try:  # every pool and mode checked before anything is set up
+        transports = {(mode, int(pool)): TransportSpec("roce", entropy=mode,
+                                                       entropy_ports=int(pool), cc=args.cc)
+                      for mode in args.entropy.split(",") for pool in args.pools.split(",")}
     except (ValueError, ScheduleError) as exc:
-        parser.error(f"--pools: {exc}")
+        parser.error(f"--pools/--entropy: {exc}")
+    if not all(t.sprays for t in transports.values()):
+        parser.error("--entropy: spraying modes only (packet, recycle)")
     try:
         graph = topologies.build(args.spec)
     except ValueError as exc:
@@ -53,14 +63,15 @@ def main() -> None:
     with Emulation(graph, EmulationOptions(policy="spray")) as emu:
         plan = emu.report.rate_plan
         print(f"{args.spec} at {plan.host_mbps:g} Mbit/s per host, spray, stride, "
-              f"{args.seeds} seeds per pool")
-        for pool, transport in transports.items():
-            idle = idle_check(emu, transport, workdir / f"{pool}-idle")
+              f"{args.cc}, {args.seeds} seeds per pool")
+        for (mode, pool), transport in transports.items():
+            idle = idle_check(emu, transport, workdir / f"{mode}-{pool}-idle")
             busiest, measured, best, delay = [], [], [], []
             for seed in range(args.seeds):
                 transfers, ranks, size = collisions.pattern_transfers(graph, "stride", seed,
                                                                plan.host_mbps)
-                result = traffic_run(emu, transfers, transport, workdir / f"{pool}-{seed}", seed)
+                result = traffic_run(emu, transfers, transport,
+                                     workdir / f"{mode}-{pool}-{seed}", seed)
                 rows = result.transfer_rows()
                 busiest.append(max(collisions.uplink_shares(graph, result).values()))
                 measured.append(collisions.norm_throughput(
@@ -73,7 +84,7 @@ def main() -> None:
                             if spans else float("nan"))
                 checks = {c["name"]: c for c in fidelity_of(result, [idle])["checks"]}
                 delay.append(checks["ovs_input_delay_ms"]["value"])
-            print(f"  pool {pool:5d}: busiest uplink {statistics.fmean(busiest):.3f} "
+            print(f"  {mode:7s} pool {pool:5d}: busiest uplink {statistics.fmean(busiest):.3f} "
                   f"(max {max(busiest):.3f}); throughput {statistics.fmean(measured):.3f} "
                   f"(ideal on the split {statistics.fmean(best):.3f}); OVS input delay "
                   f"max {max(delay):.2f} ms")

@@ -55,6 +55,7 @@ RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-
 
 
 TAKES_CONTROLLER_APP = True  # `fabric run collisions --controller-app` adds a policy
+TAKES_SPRAY_ENTROPY = True   # `--spray-entropy recycle`: spraying senders recycle ports
 
 
 def app_policy(spec: str) -> str:
@@ -144,11 +145,12 @@ def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps:
                  log: RunLog, link_rows: list[dict[str, Any]]) -> None:
     """One fabric at one rate: the idle check, then every (pattern, cc) x seed run on it."""
     if policy in POLICIES:
-        spray = policy != "ecmp"
+        entropy = "flow" if policy == "ecmp" else ctx.spray_entropy
         options = ctx.options(policy=policy, host_mbps=host_mbps)
     else:  # the user's app routes; the senders do what its entropy says
-        spray = ctx.app_entropy == "packet"
+        entropy = ctx.app_entropy
         options = ctx.options(host_mbps=host_mbps, controller_app=ctx.controller_app)
+    spray = entropy != "flow"
     with Emulation(graph, options) as emu:
         plan = emu.report.rate_plan
         host_mbps = plan.host_mbps
@@ -183,8 +185,8 @@ def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps:
                     "valid": report["valid"]}
 
         for cc in sorted({cc for _, cc in grid}):
-            transport = TransportSpec("roce", entropy="packet" if spray else "flow",
-                                      entropy_ports=ENTROPY_PORTS, cc=cc)
+            transport = TransportSpec("roce", entropy=entropy, entropy_ports=ENTROPY_PORTS,
+                                      cc=cc)
 
             def runs(cc: str = cc) -> Iterator[Scheduled]:
                 for pattern in [p for p, c in grid if c == cc]:
@@ -248,16 +250,21 @@ def run(ctx: RunContext) -> dict[str, Any]:
             "parameters": {"topologies": topos, "grid": grid, "policies": policies,
                            "controller_app": ctx.controller_app,
                            "app_entropy": ctx.app_entropy if ctx.controller_app else None,
+                           "spray_entropy": ctx.spray_entropy,
                            "transport": "roce", "cc": ctx.cc,
                            "host_mbps": ctx.host_mbps or "auto",
                            "rate_share": RATE_SHARE, "flow_s": FLOW_S, "buffer_s": BUFFER_S},
             "notes": [f"balls-into-bins expectation 1-(1-1/N)^N for N={spines} paths: "
                       f"{expected:.3f}",
+                      f"spraying senders: {SPRAY_TEXT[ctx.spray_entropy]}",
                       "ideal: a perfect transport on the paths the run used (max-min fair "
                       "fluid model, headers and ACKs included); efficiency = measured / ideal"]}
 
 
 ANCHORS = {"ecmp": "0.60-0.68", "spray": ">=0.90", "adaptive": ">=0.90"}
+SPRAY_TEXT = {"packet": f"the next of {ENTROPY_PORTS} source ports per packet",
+              "recycle": f"{ENTROPY_PORTS} source ports, the ones echoed as uncongested "
+                         f"reused first (REPS)"}
 ANCHOR_RANGES = {"ecmp": (0.60, 0.68), "spray": (0.90, 0.95), "adaptive": (0.90, 0.95)}
 
 

@@ -59,6 +59,7 @@ from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "failures"
+TAKES_SPRAY_ENTROPY = True   # `--spray-entropy recycle`: spraying senders recycle ports
 QUESTION = "Which routing policy keeps a collective running when a link fails, flaps or slows?"
 POLICIES = ("ecmp", "spray", "adaptive")
 SCENARIOS = ("healthy", "link-down", "degraded", "flapping", "spine-down")
@@ -435,7 +436,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
         with Emulation(graph, ctx.options(policy=policy, host_mbps=host_mbps)) as emu:
             used = emu.report.rate_plan.host_mbps
             base = ideal.link_capacity(graph, dict(emu.report.rate_plan.link_mbps))
-            transport = TransportSpec("roce", entropy="flow" if policy == "ecmp" else "packet",
+            transport = TransportSpec("roce", entropy="flow" if policy == "ecmp"
+                                      else ctx.spray_entropy,
                                       entropy_ports=256, cc=ctx.cc, timeline=True)
             size = int(used * 1e6 / 8 * BUFFER_S[ctx.quick])
 
@@ -491,7 +493,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
     return {"table": table, "fidelity": fid, "seeds": seeds,
             "parameters": {"topology": spec, "policies": POLICIES, "scenarios": SCENARIOS,
                            "collective": COLLECTIVE, "placement": "random",
-                           "transport": "roce", "cc": ctx.cc, "buffer_s": BUFFER_S[ctx.quick],
+                           "transport": "roce", "cc": ctx.cc,
+                           "spray_entropy": ctx.spray_entropy, "buffer_s": BUFFER_S[ctx.quick],
                            "fail_at": FAIL_AT, "down_for": DOWN_FOR,
                            "flap_period_s": FLAP_PERIOD_S,
                            "degraded_fraction": DEGRADED_FRACTION,

@@ -21,7 +21,7 @@ from fabric.emulation.capture import MAX_PACKETS_LIMIT as MAX_PCAP_PACKETS
 from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
-from fabric.traffic.model import CONGESTION_CONTROLS
+from fabric.traffic.model import CONGESTION_CONTROLS, ENTROPY, SPRAYING
 from fabric.traffic.patterns import PATTERNS
 
 
@@ -228,10 +228,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     module = importlib.import_module(EXPERIMENTS[args.name])
     _check_controller_app(args, module)
     _check_pcap_args(args)
+    if args.spray_entropy and not getattr(module, "TAKES_SPRAY_ENTROPY", False):
+        raise UsageError(f"argument --spray-entropy: {args.name} has no spraying senders "
+                         f"(collisions and failures have)")
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps, cc=args.cc, tcp_cc=args.tcp_cc,
                      controller_app=args.controller_app,
-                     app_entropy=args.app_entropy or "flow")
+                     app_entropy=args.app_entropy or "flow",
+                     spray_entropy=args.spray_entropy or "packet")
     try:
         module.check(ctx)  # the experiment can run on this topology
     except ValueError as exc:
@@ -472,8 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--transport", choices=("tcp", "roce"), default="tcp")
     traffic.add_argument("--connections", type=count, default=1,
                          help="tcp: connections per peer")
-    traffic.add_argument("--entropy", choices=("flow", "packet"), default="flow",
-                         help="roce: one UDP source port per flow, or a new one per packet")
+    traffic.add_argument("--entropy", choices=ENTROPY, default="flow",
+                         help="roce: one UDP source port per flow, a new one per packet, or "
+                              "per packet recycling the ports that did not queue (REPS)")
     traffic.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift",
                          help="roce: congestion control, delay-based swift or loss-based "
                               "AIMD (default: swift)")
@@ -505,9 +510,14 @@ def build_parser() -> argparse.ArgumentParser:
                      default=None,
                      help="collisions: your own os-ken app as one more policy, named by its "
                           "class")
-    run.add_argument("--app-entropy", choices=("flow", "packet"), default=None,
-                     help="with --controller-app: one UDP source port per flow (default) or a "
-                          "new one per packet (spraying)")
+    run.add_argument("--app-entropy", choices=ENTROPY, default=None,
+                     help="with --controller-app: one UDP source port per flow (default), a "
+                          "new one per packet (spraying), or spraying that recycles the ports "
+                          "that did not queue")
+    run.add_argument("--spray-entropy", choices=SPRAYING, default=None,
+                     help="collisions, failures: how the spray and adaptive senders pick "
+                          "source ports: the next one per packet (default) or recycling the "
+                          "ones echoed as uncongested (REPS)")
     _pcap_args(run, "of every run, one subdirectory per run", "the fabric's first endpoint")
     run.set_defaults(func=cmd_run)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from fabric.agent.bth import DATA_OVERHEAD
 from fabric.agent.impair import Impairment, ImpairmentProxy
 from fabric.agent.local import loopback_hosts, run_plan, spare_address
-from fabric.traffic.model import Plan, Transfer, TransportSpec
+from fabric.traffic.model import ENTROPY, Plan, Transfer, TransportSpec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabric.agent.bench")
     parser.add_argument("--rate", type=float, default=20.0, help="Mbit/s (wire)")
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--entropy", choices=("flow", "packet"), default="packet")
+    parser.add_argument("--entropy", choices=ENTROPY, default="packet")
     parser.add_argument("--mtu", type=int, default=1400)
     parser.add_argument("--loss", type=float, default=0.0, help="proxy drop probability")
     parser.add_argument("--hold", type=float, default=0.0, help="proxy delay probability")

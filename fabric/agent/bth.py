@@ -19,6 +19,12 @@ that triggered it (0: not measured). Data packets carry their send time
 payload bytes, which is how the receiver measures that delay. Bit ``j`` of
 the bitmap (little-endian bit order) says PSN ``cum + 1 + j`` arrived, where
 ``cum`` = BTH.psn + 1 is the next PSN expected in order.
+
+Entropy recycling (``entropy="recycle"``, after REPS): a data packet with the
+BTH MigReq bit (:data:`ECHO_FLAG`, which RoCE does not use otherwise) asks the
+receiver to echo the UDP source ports of packets that arrived without
+queueing. The ACK then lists them, 16 bits each, after the bitmap, and the
+AckExt's reserved 16-bit field holds their count (0: none).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ AETH_ACK = 0x1F
 ACK_KIND = 0
 CLOSE_KIND = 1
 MAX_BITMAP_BYTES = 128  # SACK covers 1024 PSNs beyond the cumulative point
+MAX_ECHO = 32           # source ports one ACK echoes at most
+ECHO_FLAG = 0x40        # BTH MigReq bit of a data packet: echo my uncongested entropies
 
 _BTH = struct.Struct("!BBHII")
 _AETH_EXT = struct.Struct("!BBH" "BBHIIII")  # AETH(syndrome, msn hi, msn lo) + AckExt
@@ -83,6 +91,7 @@ class Ack(NamedTuple):
     out_of_order: int
     bitmap: bytes
     owd_us: int = 0  # one-way delay of the triggering packet; 0 when not measured
+    echo: tuple[int, ...] = ()  # source ports of packets that arrived without queueing
 
 
 def data_opcode(index: int, count: int) -> int:
@@ -127,7 +136,8 @@ def parse_bth(data: bytes | bytearray | memoryview) -> Bth:
 
 
 def ack_packet(dqpn: int, cum: int, msn: int, kind: int, trigger_psn: int, duplicates: int,
-               out_of_order: int, bitmap: bytes = b"", owd_us: int = 0) -> bytes:
+               out_of_order: int, bitmap: bytes = b"", owd_us: int = 0,
+               echo: tuple[int, ...] | list[int] = ()) -> bytes:
     """An ACKNOWLEDGE datagram (see the module docstring for the fields).
 
     Parameters
@@ -139,15 +149,20 @@ def ack_packet(dqpn: int, cum: int, msn: int, kind: int, trigger_psn: int, dupli
     bitmap : bytes
         SACK bitmap for PSNs ``cum + 1 ...``; at most
         :data:`MAX_BITMAP_BYTES`.
+    echo : sequence of int
+        UDP source ports to echo (entropy recycling); at most :data:`MAX_ECHO`.
     """
     if len(bitmap) > MAX_BITMAP_BYTES:
         raise ValueError(f"SACK bitmap too long: {len(bitmap)} bytes")
+    if len(echo) > MAX_ECHO:
+        raise ValueError(f"too many echoed ports: {len(echo)}")
     buf = bytearray(ACK_FIXED_LEN)
     pack_bth_into(buf, ACKNOWLEDGE, dqpn, (cum - 1) & PSN_MASK)
     _AETH_EXT.pack_into(buf, BTH_LEN, AETH_ACK, (msn >> 16) & 0xFF, msn & 0xFFFF, kind,
-                        len(bitmap), 0, trigger_psn & PSN_MASK, duplicates & 0xFFFFFFFF,
+                        len(bitmap), len(echo), trigger_psn & PSN_MASK, duplicates & 0xFFFFFFFF,
                         out_of_order & 0xFFFFFFFF, min(max(owd_us, 0), 0xFFFFFFFF))
-    return bytes(buf) + bitmap + ICRC
+    ports = struct.pack(f"!{len(echo)}H", *echo) if echo else b""
+    return bytes(buf) + bitmap + ports + ICRC
 
 
 def parse_ack(data: bytes | bytearray | memoryview) -> Ack:
@@ -163,14 +178,15 @@ def parse_ack(data: bytes | bytearray | memoryview) -> Ack:
     opcode, _, _, qp_word, psn_word = _BTH.unpack_from(data)
     if opcode != ACKNOWLEDGE:
         raise ValueError(f"not an ACKNOWLEDGE: opcode {opcode:#x}")
-    (_, msn_hi, msn_lo, kind, nbitmap, _, trigger, dups,
+    (_, msn_hi, msn_lo, kind, nbitmap, necho, trigger, dups,
      ooo, owd_us) = _AETH_EXT.unpack_from(data, BTH_LEN)
     end = ACK_FIXED_LEN + nbitmap
-    if len(data) < end + ICRC_LEN:
-        raise ValueError("ACK bitmap truncated")
+    if len(data) < end + 2 * necho + ICRC_LEN:
+        raise ValueError("ACK bitmap or echo truncated")
+    echo = struct.unpack_from(f"!{necho}H", data, end) if necho else ()
     return Ack(qp_word & PSN_MASK, ((psn_word & PSN_MASK) + 1) & PSN_MASK,
                (msn_hi << 16) | msn_lo, kind, trigger & PSN_MASK, dups, ooo,
-               bytes(data[ACK_FIXED_LEN:end]), owd_us)
+               bytes(data[ACK_FIXED_LEN:end]), owd_us, echo)
 
 
 def unwrap(psn: int, reference: int) -> int:

@@ -3,8 +3,9 @@
 Loopback neither loses nor reorders, so the RoCE transport's repair paths
 would go untested without Mininet. Point a transfer's ``dst_ip`` at the
 proxy: it forwards every datagram to the real receiver from a socket of its
-own per client port (so ACKs find their way back to the exact port the data
-came from, as the agent expects), and relays the answers back from its
+own per client port, bound to that same port number where it is free (so
+ACKs find their way back to the exact port the data came from, as the agent
+expects, and the receiver sees the sender's source ports), and relays the answers back from its
 listening port. Each direction drops a fraction of datagrams and holds back
 another fraction by a random delay, which reorders them behind later ones.
 
@@ -112,7 +113,10 @@ class ImpairmentProxy:
         if sock is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-            sock.bind((self.listen_ip, 0))
+            try:  # the client's own port, as a switch keeps it: the receiver sees its entropy
+                sock.bind((self.listen_ip, client[1]))
+            except OSError:
+                sock.bind((self.listen_ip, 0))
             sock.connect(self.target)
             sock.setblocking(False)
             self._upstream[client] = sock

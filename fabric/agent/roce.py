@@ -13,7 +13,9 @@ Sockets:
   plan assigns it (:func:`fabric.traffic.model.source_ports`): one
   (``entropy="flow"``: ECMP hashes the flow once) or ``entropy_ports``
   (``entropy="packet"``: the source port rotates every packet, so a 5-tuple
-  hashing switch sprays the packets over its uplinks). Seeded ports make
+  hashing switch sprays the packets over its uplinks; ``"recycle"``: the
+  next packet takes a port the receiver echoed as uncongested, and the next
+  port of the rotation only when there is none, after REPS). Seeded ports make
   every hash outcome, hence every path, reproducible. The sockets are
   connected to the receiver; ACKs are read on all of them, and they are
   closed when the transfer completes.
@@ -37,6 +39,7 @@ from typing import Callable, Mapping
 from fabric.agent import bth
 from fabric.agent.cc import make_control
 from fabric.agent.engine import Engine
+from fabric.agent.entropy import EntropyChoice
 from fabric.agent.loop import EventLoop
 from fabric.agent.pacing import TokenBucket, bucket_for
 from fabric.agent.records import TransferRecord
@@ -84,6 +87,7 @@ class PacketTimes:
     max_rto: float = 250.0
     min_reorder: float = 12.0  # floor of the loss detector's reordering allowance
     burst: float = 2.0        # pacer bucket depth (at least 2 packets)
+    echo_excess: float = 2.0  # entropy recycling: queueing up to which a port is echoed
     # after the sender's CLOSE, a receiver still counts what was in flight, so that
     # sent minus received is exactly what the fabric lost
     close_linger: float = 64.0
@@ -106,18 +110,17 @@ class RoceConfig:
 
 
 class _Sender:
-    """Runtime of one send QP: its sockets, destination and pacer."""
+    """Runtime of one send QP: its sockets, destination, pacer and port order."""
 
-    __slots__ = ("record", "qp", "sockets", "rot", "pacer", "ports")
+    __slots__ = ("record", "qp", "sockets", "pacer", "entropy")
 
     def __init__(self, record: TransferRecord, qp: SendQP, sockets: list[socket.socket],
-                 pacer: "_Pacer") -> None:
+                 pacer: "_Pacer", entropy: EntropyChoice) -> None:
         self.record = record
         self.qp = qp
         self.sockets = sockets  # connected to the receiver's (address, 4791)
-        self.rot = 0
         self.pacer = pacer
-        self.ports = len(sockets)
+        self.entropy = entropy
 
 
 class _Pacer:
@@ -229,10 +232,10 @@ class RoceEngine(Engine):
         differs from what the plan's seed predicts).
         """
         t = record.transfer
-        count = self.spec.entropy_ports if self.spec.entropy == "packet" else 1
+        count = self.spec.entropy_ports if self.spec.sprays else 1
         ports = tuple(self.source_ports.get(("roce", t.id), ())) or (0,) * count
         pool_key = (record.src_ip, record.dst_ip, t.dscp, ports)
-        if self.spec.entropy == "packet" and pool_key in self.pools:
+        if self.spec.sprays and pool_key in self.pools:
             return self.pools[pool_key]
         socks: list[socket.socket] = []
         for port in ports:
@@ -250,7 +253,7 @@ class RoceEngine(Engine):
             # anything that is not from the receiver
             sock.connect((record.dst_ip, self.config.port))
             self.loop.register(sock, 1, functools.partial(self._on_ack_socket, sock))
-        if self.spec.entropy == "packet" and any(ports):
+        if self.spec.sprays and any(ports):
             self.pools[pool_key] = socks
         return socks
 
@@ -268,13 +271,14 @@ class RoceEngine(Engine):
     def add_recv(self, record: TransferRecord) -> None:
         """Expect the message of ``record`` (any time, even before start_at)."""
         qp = RecvQP(record.qpn, record.transfer.bytes, self.spec.mtu_payload,
-                    self.config.ack_every, self.ack_delay_s)
+                    self.config.ack_every, self.ack_delay_s,
+                    round(self.config.timers.echo_excess * self.packet_time * 1e6))
         self.receivers[record.qpn] = (record, qp)
 
     def prepare_send(self, record: TransferRecord) -> None:
         """Open a sprayed send's shared entropy sockets now, not in the measured run
         (an all-to-all needs thousands); a failure is reported when it starts."""
-        if self.spec.entropy == "packet":
+        if self.spec.sprays:
             try:
                 self._sender_sockets(record)
             except OSError:
@@ -300,14 +304,16 @@ class RoceEngine(Engine):
         if kept:
             qp.cwnd, qp.srtt, qp.rttvar, qp.rto = kept[1:]
         pacer = self._pacer(record.src_ip, now)
-        sender = _Sender(record, qp, sockets, pacer)
-        sender.rot = self._pool_next.get(id(sockets), 0)
+        ports = [sock.getsockname()[1] for sock in sockets]
+        entropy = EntropyChoice(ports, self._pool_next.get(id(sockets), 0),
+                                recycle=self.spec.entropy == "recycle")
+        sender = _Sender(record, qp, sockets, pacer, entropy)
         self.senders[record.qpn] = sender
         self._active[record.qpn] = sender
         pacer.active.append(sender)
         record.start = time.time()
-        record.extra["src_ports"] = [sock.getsockname()[1] for sock in sockets]
-        record.extra["first_port"] = sender.rot  # index in src_ports of its first packet
+        record.extra["src_ports"] = ports
+        record.extra["first_port"] = entropy.rot  # index in src_ports of its first packet
 
     # -- data path ---------------------------------------------------------------------
     def _send_data(self, sender: _Sender, now: float) -> int:
@@ -315,15 +321,15 @@ class RoceEngine(Engine):
         psn, opcode, ackreq, length = qp.next_packet(now)
         pad = -length % 4
         size = bth.BTH_LEN + length + pad + bth.ICRC_LEN
-        _BTH.pack_into(self._tx, 0, opcode,
-                       ((opcode == bth.SEND_LAST or opcode == bth.SEND_ONLY) << 7) | (pad << 4),
-                       bth.PKEY_DEFAULT, qp.qpn, (ackreq << 31) | (psn & bth.PSN_MASK))
+        entropy = sender.entropy
+        flags = ((opcode == bth.SEND_LAST or opcode == bth.SEND_ONLY) << 7) | (pad << 4)
+        if entropy.recycling:
+            flags |= bth.ECHO_FLAG
+        _BTH.pack_into(self._tx, 0, opcode, flags, bth.PKEY_DEFAULT, qp.qpn,
+                       (ackreq << 31) | (psn & bth.PSN_MASK))
         if length >= _SEND_TIME.size:
             _SEND_TIME.pack_into(self._tx, bth.BTH_LEN, time.monotonic_ns())
-        sock = sender.sockets[sender.rot]
-        sender.rot += 1
-        if sender.rot == sender.ports:
-            sender.rot = 0
+        sock = sender.sockets[entropy.next()]
         try:
             sock.send(self._txview[:size])
         except OSError:
@@ -352,6 +358,8 @@ class RoceEngine(Engine):
             sender = self.senders.get(ack.dqpn)
             if sender is None or sender.record.finished:
                 continue  # a late ACK of a finished transfer
+            if ack.echo:
+                sender.entropy.echoed(ack.echo)
             qp = sender.qp
             qp.on_ack(ack, time.monotonic())
             if qp.done:
@@ -363,7 +371,7 @@ class RoceEngine(Engine):
         record.bytes = qp.bytes_acked
         close = bth.ack_packet(qp.qpn, qp.count & bth.PSN_MASK, 1, bth.CLOSE_KIND, 0, 0, 0)
         try:
-            sender.sockets[sender.rot].send(close)
+            sender.sockets[sender.entropy.rot].send(close)
         except OSError:
             self.send_errors += 1  # the receiver then stops after its linger time
         self._retire(sender)
@@ -380,7 +388,7 @@ class RoceEngine(Engine):
         except ValueError:
             pass
         if sender.sockets in self.pools.values():
-            self._pool_next[id(sender.sockets)] = sender.rot
+            self._pool_next[id(sender.sockets)] = sender.entropy.rot
             return  # a shared pool: closed with the engine
         for sock in sender.sockets:
             self.loop.unregister(sock)
@@ -415,7 +423,7 @@ class RoceEngine(Engine):
                 owd_us = (time.monotonic_ns() - sent_ns) // 1000 if sent_ns else 0
                 delivered = qp.bytes
                 urgent = qp.on_data(psn_word & bth.PSN_MASK, length, bool(psn_word >> 31), now,
-                                    owd_us)
+                                    owd_us, addr[1] if flags & bth.ECHO_FLAG else 0)
                 if self.arrivals is not None and qp.bytes != delivered:
                     self._log_arrival(qp.qpn, owd_us)
                 self._reply[qp.qpn] = (sock, addr, record.transfer.dscp << 2)
@@ -549,7 +557,7 @@ class RoceEngine(Engine):
                 reorder_mult=qp.reorder_mult, loss_cuts=qp.loss_cuts,
                 undone_cuts=qp.undone_cuts,
                 delay_cuts=getattr(qp.control, "decreases", None),
-                entropy_ports=sender.ports)
+                entropy_ports=sender.entropy.count, recycled_packets=sender.entropy.reused)
         for record, qp in self.receivers.values():
             record.bytes = qp.bytes
             record.extra.update(qpn=qp.qpn, packets=qp.count, **qp.counters(),

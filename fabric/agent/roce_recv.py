@@ -6,11 +6,15 @@ duplicates, and a packet arriving after a higher PSN counts as out of order.
 An ACK is due after every ``ack_every`` new packets, on a packet with the
 ACK-request bit, on a duplicate (the sender is missing an ACK), on
 completion, or ``ack_delay_s`` after the first unacknowledged arrival.
+
+A packet that asks for it (entropy recycling) has its UDP source port echoed
+in the next ACK when it arrived without queueing: its one-way delay at most
+``echo_excess_us`` above the smallest this queue pair has seen.
 """
 
 from __future__ import annotations
 
-from fabric.agent.bth import (ACK_KIND, MAX_BITMAP_BYTES, PSN_MASK, ack_packet, unwrap)
+from fabric.agent.bth import ACK_KIND, MAX_BITMAP_BYTES, MAX_ECHO, PSN_MASK, ack_packet, unwrap
 
 _BITS = bytes.maketrans(b"\x00\x01", b"01")
 
@@ -32,12 +36,15 @@ class RecvQP:
         New packets per immediate ACK.
     ack_delay_s : float
         Longest an arrival waits for its ACK.
+    echo_excess_us : int
+        Queueing (one-way delay above the smallest seen) up to which a
+        packet's source port is echoed, when the packet asks for it.
     """
 
     COUNTERS = ("packets_received", "out_of_order", "duplicates", "bad_packets", "acks_sent")
 
     def __init__(self, qpn: int, nbytes: int, mtu: int, ack_every: int = 4,
-                 ack_delay_s: float = 0.001) -> None:
+                 ack_delay_s: float = 0.001, echo_excess_us: int = 0) -> None:
         self.qpn = qpn
         self.nbytes = nbytes
         self.mtu = mtu
@@ -61,6 +68,9 @@ class RecvQP:
         self.closed = False     # the sender said it saw everything acknowledged
         self.closed_at = 0.0
         self.last_rx = 0.0
+        self.echo_excess_us = echo_excess_us
+        self.base_owd_us = 0    # smallest one-way delay seen (0: none yet)
+        self.echo: list[int] = []  # source ports to echo in the next ACK
 
     def counters(self) -> dict[str, int]:
         """The reported counters by name."""
@@ -72,12 +82,14 @@ class RecvQP:
         return self.cum >= self.count
 
     def on_data(self, psn: int, payload_len: int, ackreq: bool, now: float,
-                owd_us: int = 0) -> bool:
+                owd_us: int = 0, echo_port: int = 0) -> bool:
         """Account one data packet; return True if an ACK should go out now.
 
         ``payload_len`` excludes BTH padding and ICRC; ``owd_us`` is the
-        packet's one-way delay (0: not measured). A packet outside the
-        message or of the wrong length is counted in :attr:`bad_packets` and dropped.
+        packet's one-way delay (0: not measured); ``echo_port``, when not 0,
+        is the packet's UDP source port, to echo if it did not queue. A
+        packet outside the message or of the wrong length is counted in
+        :attr:`bad_packets` and dropped.
         """
         self.last_rx = now
         self.packets_received += 1
@@ -88,6 +100,11 @@ class RecvQP:
             return False
         self.trigger = index
         self.trigger_owd_us = owd_us
+        if owd_us and (not self.base_owd_us or owd_us < self.base_owd_us):
+            self.base_owd_us = owd_us
+        if (echo_port and owd_us and owd_us - self.base_owd_us <= self.echo_excess_us
+                and len(self.echo) < MAX_ECHO):
+            self.echo.append(echo_port)
         if self.got[index]:
             self.duplicates += 1
             return True
@@ -119,6 +136,7 @@ class RecvQP:
             # bytes of 0/1 -> "01" text -> int: bit j is PSN cum+1+j, all in C
             bits = self.got[self.cum + 1:hi].translate(_BITS)[::-1]
             bitmap = int(bits, 2).to_bytes(-(-len(bits) // 8), "little")
+        echo, self.echo = self.echo, []
         return ack_packet(self.qpn, self.cum & PSN_MASK, 1 if self.complete else 0, ACK_KIND,
                           self.trigger & PSN_MASK, self.duplicates, self.out_of_order, bitmap,
-                          self.trigger_owd_us)
+                          self.trigger_owd_us, echo)

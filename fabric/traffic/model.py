@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 TRANSPORTS = ("tcp", "roce")
-ENTROPY = ("flow", "packet")
+ENTROPY = ("flow", "packet", "recycle")
+SPRAYING = ("packet", "recycle")  # entropies that vary the source port per packet
 CONGESTION_CONTROLS = ("swift", "loss")  # of the roce transport (fabric.agent.cc)
 TCP_DATA_PORT = 7100
 ROCE_PORT = 4791
@@ -64,7 +65,9 @@ class TransportSpec:
     ``connections``: TCP connections (queue pairs) per peer and channel, a
     transfer is split evenly over them. ``entropy``: ``flow`` keeps one UDP
     source port per transfer (ECMP-like), ``packet`` varies it per packet
-    over ``entropy_ports`` ports (spraying). ``rate_mbps``: pacing ceiling of
+    over ``entropy_ports`` ports (spraying), ``recycle`` sprays too but sends
+    again on the ports whose packets the receiver saw arrive without queueing
+    (after REPS) and tries the next port of the pool only when it has none. ``rate_mbps``: pacing ceiling of
     a roce sender (the emulated host link rate). ``cc``: the roce congestion
     control (:mod:`fabric.agent.cc`): ``swift`` (delay-based) or ``loss``.
     ``timeline``: roce receivers report every newly delivered packet's arrival
@@ -80,11 +83,18 @@ class TransportSpec:
     cc: str = "swift"
     timeline: bool = False
 
+    @property
+    def sprays(self) -> bool:
+        """True when the source port varies per packet (``packet`` or ``recycle``)."""
+        return self.entropy in SPRAYING
+
     def __post_init__(self) -> None:
         if self.kind not in TRANSPORTS:
             raise ScheduleError(f"transport must be one of {TRANSPORTS}, got {self.kind!r}")
         if self.entropy not in ENTROPY:
             raise ScheduleError(f"entropy must be one of {ENTROPY}, got {self.entropy!r}")
+        if self.entropy in SPRAYING and self.kind != "roce":
+            raise ScheduleError(f"entropy {self.entropy!r} needs the roce transport")
         if not 1 <= self.connections <= 64:
             raise ScheduleError(f"connections must be 1..64, got {self.connections}")
         if not 1 <= self.entropy_ports <= 1024:
@@ -243,7 +253,7 @@ def source_ports(plan: Plan, host: str | None = None) -> dict[str, dict[tuple, t
     Returns ``{src: {key: ports}}``: for TCP, key is a connection key (see
     :func:`tcp_connection_keys`) with one port; for roce, key is
     ``("roce", transfer id)`` with one port (``entropy="flow"``) or
-    ``entropy_ports`` ports (``"packet"``; every transfer to the same
+    ``entropy_ports`` ports (spraying; every transfer to the same
     destination address in the same class shares one set, as a NIC's queue
     pair to that peer, so a collective of many steps opens its sockets
     once). The ports decide the 5-tuples,
@@ -259,7 +269,7 @@ def source_ports(plan: Plan, host: str | None = None) -> dict[str, dict[tuple, t
             continue
         if spec.kind == "tcp":
             wanted = [(key, key, 1) for key in tcp_connection_keys(plan, t)]
-        elif spec.entropy == "packet":
+        elif spec.sprays:
             pool = ("roce-pool", t.dst, t.dst_ip or "", t.dscp)
             wanted = [(("roce", t.id), pool, spec.entropy_ports)]
         else:

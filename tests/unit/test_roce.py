@@ -368,7 +368,8 @@ def test_a_collective_of_many_steps_reuses_one_socket_pool(tmp_path: Path):
 # reads a held packet's 4 ms (14 packet times on a one-link path) as a queue and slows
 # down, through the loss alone
 @pytest.mark.parametrize("entropy, cc, held", [("packet", "loss", 0.5), ("flow", "loss", 0.5),
-                                               ("packet", "swift", 0.0)])
+                                               ("packet", "swift", 0.0),
+                                               ("recycle", "loss", 0.5)])
 def test_roce_through_lossy_reordering_proxy(tmp_path: Path, entropy: str, cc: str,
                                              held: float):
     hosts = loopback_hosts(["a", "b"])
@@ -392,7 +393,9 @@ def test_roce_through_lossy_reordering_proxy(tmp_path: Path, entropy: str, cc: s
     assert sent["packets_sent"] == got["packets"] + sent["retransmitted"]
     # the planned, seeded source ports: one per packet in turn, or one for the flow
     assert sent["src_ports"] == list(source_ports(plan)["a"][("roce", "t1")])
-    assert len(sent["src_ports"]) == (16 if entropy == "packet" else 1)
+    assert len(sent["src_ports"]) == (1 if entropy == "flow" else 16)
+    # recycling: the ports of packets that were not held back are reused
+    assert (sent["recycled_packets"] > 0) == (entropy == "recycle")
 
 
 def test_busy_planned_port_falls_back_with_a_warning(tmp_path: Path):

@@ -1,0 +1,72 @@
+"""Which source port a sprayed packet takes: in turn, or recycled after an echo (REPS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabric.agent import bth
+from fabric.agent.entropy import EntropyChoice
+from fabric.agent.roce_recv import RecvQP
+from fabric.traffic.model import ScheduleError, TransportSpec
+
+PORTS = [5000, 5001, 5002, 5003]
+
+
+def test_packet_spraying_takes_the_ports_in_turn_from_where_the_pool_stopped():
+    choice = EntropyChoice(PORTS, start=2)
+    assert [choice.next() for _ in range(6)] == [2, 3, 0, 1, 2, 3]
+    choice.echoed([5000])  # not recycling: echoes change nothing
+    assert choice.next() == 0 and not choice.recycling and choice.reused == 0
+
+
+def test_recycling_reuses_each_echoed_port_once_then_goes_on_in_turn():
+    choice = EntropyChoice(PORTS, recycle=True)
+    assert [choice.next() for _ in range(2)] == [0, 1]
+    choice.echoed([5001, 5001, 9999, 5003])  # a port not ours is ignored
+    assert [choice.next() for _ in range(5)] == [1, 1, 3, 2, 3]
+    assert choice.reused == 3 and choice.rot == 0
+
+
+def test_a_port_that_is_never_echoed_falls_out_of_use():
+    """Paths through port 5002 queue: after the first turn, the flow avoids it."""
+    choice = EntropyChoice(PORTS, recycle=True)
+    used, in_flight = [], []
+    for _ in range(200):  # 8 packets in flight: each echo comes back 8 packets later
+        index = choice.next()
+        used.append(index)
+        in_flight.append(index)
+        if len(in_flight) > 8:
+            arrived = in_flight.pop(0)
+            if arrived != 2:
+                choice.echoed([PORTS[arrived]])
+    assert used.count(2) <= 3 and {0, 1, 3} <= set(used)
+    assert choice.reused > 150
+
+
+def test_the_receiver_echoes_the_ports_of_packets_that_did_not_queue():
+    qp = RecvQP(0x101, 10 * 1000, 1000, ack_every=8, echo_excess_us=500)
+    for psn, (owd, port) in enumerate([(3000, 5000), (2000, 5001), (2400, 5002),
+                                       (2600, 5003), (2100, 0)]):
+        qp.on_data(psn, 1000, False, 0.0, owd_us=owd, echo_port=port)
+    # base 2000 us: 5000 came before the base was known (3000 - 3000 <= 500 then)
+    ack = bth.parse_ack(qp.make_ack())
+    assert ack.echo == (5000, 5001, 5002) and qp.base_owd_us == 2000
+    assert bth.parse_ack(qp.make_ack()).echo == ()  # echoed once
+
+
+def test_echoes_roundtrip_on_the_wire_and_are_bounded():
+    packet = bth.ack_packet(0x101, 7, 0, bth.ACK_KIND, 6, 0, 0, b"\x05", 1234, (5000, 65535))
+    ack = bth.parse_ack(packet)
+    assert ack.echo == (5000, 65535) and ack.bitmap == b"\x05" and ack.owd_us == 1234
+    with pytest.raises(ValueError, match="truncated"):
+        bth.parse_ack(packet[:-5])
+    with pytest.raises(ValueError, match="echoed"):
+        bth.ack_packet(0x101, 7, 0, bth.ACK_KIND, 6, 0, 0, echo=tuple(range(bth.MAX_ECHO + 1)))
+    assert bth.parse_ack(bth.ack_packet(0x101, 7, 0, bth.ACK_KIND, 6, 0, 0)).echo == ()
+
+
+def test_recycling_is_a_roce_spraying_mode():
+    assert TransportSpec("roce", entropy="recycle").sprays
+    assert not TransportSpec("roce").sprays
+    with pytest.raises(ScheduleError, match="roce"):
+        TransportSpec("tcp", entropy="recycle")
