@@ -4,7 +4,8 @@ Life cycle: parse and check the plan, bind listeners on every own NIC
 (TCP 7100 and UDP 4791; a busy port is an error, not something to share),
 wait for ``plan.start_at`` while already accepting peers, then start every
 transfer this host sends as soon as all its ``after`` transfers are complete
-as seen here, and stop when everything is complete or at ``start_at +
+as seen here (and, with ``after_start``, its compute time has passed since
+the transfer it names started), and stop when everything is complete or at ``start_at +
 deadline_s``. Unfinished transfers are reported with ``end=None`` and an
 error, never dropped. Everything runs on one thread in one event loop, so
 stopping is closing the loop's sockets; no thread or process outlives it.
@@ -65,6 +66,8 @@ class Agent:
         self.records: list[TransferRecord] = []
         self.by_id: dict[str, list[TransferRecord]] = {}
         self.waiting: dict[str, list[TransferRecord]] = {}  # dependency id -> dependents
+        self.waiting_start: dict[str, list[TransferRecord]] = {}  # after_start id -> them
+        self._timed: set[int] = set()  # id() of sends waiting for their after_start time
         self.started_at: float | None = None
         self.start_at = plan.start_at
         self.finished_at: float | None = None
@@ -102,6 +105,8 @@ class Agent:
         for record in self._sends():
             for dep in record.transfer.after:
                 self.waiting.setdefault(dep, []).append(record)
+            if record.transfer.after_start:
+                self.waiting_start.setdefault(record.transfer.after_start[0], []).append(record)
         ports = source_ports(plan, host).get(host, {})
         _raise_fd_limit()  # packet entropy holds entropy_ports sockets per peer
         tcp = TcpEngine(self.loop, plan.transport, self.addresses, self._done, self._fail,
@@ -189,7 +194,31 @@ class Agent:
         self._netstat_before = netstat.read_counters(self.options.proc_net)
         for record in self._sends():
             if not record.transfer.after:
-                self._start(record)
+                self._try_start(record)
+
+    def _try_start(self, record: TransferRecord) -> None:
+        """Start a send whose dependencies are met: now, or when its after_start allows."""
+        if record.ready is not None or record.finished or id(record) in self._timed:
+            return
+        if not all(self._complete(dep) for dep in record.transfer.after):
+            return
+        earliest = self._earliest_start(record)
+        if earliest is None:
+            return  # the transfer it is timed from has not started yet
+        delay = earliest - time.time()
+        if delay <= 0:
+            self._start(record)
+            return
+        self._timed.add(id(record))
+        self.loop.call_later(delay, lambda: None if record.finished else self._start(record))
+
+    def _earliest_start(self, record: TransferRecord) -> float | None:
+        """Wall-clock time ``after_start`` allows (0 without one); None before it is known."""
+        if record.transfer.after_start is None:
+            return 0.0
+        ref_id, seconds = record.transfer.after_start
+        ref = next(r for r in self.by_id[ref_id] if r.role == SEND)
+        return None if ref.ready is None else ref.ready + seconds
 
     def _resolve(self, record: TransferRecord) -> str | None:
         """Set the record's addresses (the model's rule); the reason if it has none."""
@@ -209,13 +238,13 @@ class Agent:
             return
         assert self.engine is not None
         self.engine.start_send(record, time.monotonic())
+        for dependent in self.waiting_start.get(record.id, ()):
+            self._try_start(dependent)
 
     def _done(self, record: TransferRecord) -> None:
         self._settled.add(id(record))
         for dependent in self.waiting.get(record.id, ()):
-            if dependent.ready is None and not dependent.finished and all(
-                    self._complete(dep) for dep in dependent.transfer.after):
-                self._start(dependent)
+            self._try_start(dependent)
 
     def _complete(self, transfer_id: str) -> bool:
         # the dependency is local: this host sent it (confirmed) or received it
@@ -228,7 +257,10 @@ class Agent:
         self._settled.add(id(record))
         # what can never start fails now, so the agent need not wait for
         # its deadline when the rest is done
-        for dependent in self.waiting.get(record.id, ()):
+        never = list(self.waiting.get(record.id, ()))
+        if record.ready is None:  # nor can what is timed from its start
+            never += self.waiting_start.get(record.id, [])
+        for dependent in never:
             self._fail(dependent, f"dependency {record.id} failed")
 
     def _fail_unfinished(self, reason: str) -> None:
@@ -238,6 +270,8 @@ class Agent:
             record.error = reason
             if record.role == SEND and record.ready is None:
                 pending = [d for d in record.transfer.after if not self._complete(d)]
+                if record.transfer.after_start and self._earliest_start(record) is None:
+                    pending.append(f"{record.transfer.after_start[0]} to start")
                 record.error += (f"; never started, waiting for {', '.join(pending)}"
                                  if pending else "; never started")
 

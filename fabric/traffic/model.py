@@ -43,7 +43,10 @@ class Transfer:
     two endpoints carries it; ``dst_ip`` overrides the destination address
     (a dual-homed storage node has one per zone); ``hops`` is the number of
     links on its path (0: unknown), which delay-based control scales its
-    target with.
+    target with. ``after_start = (id, seconds)`` also holds it back until
+    ``seconds`` after ``src`` started transfer ``id`` (one it sends): the
+    compute phase of a loop, e.g. a dataloader that asks for the next batch
+    when a training step starts, and steps take at least their compute time.
     """
 
     id: str
@@ -56,6 +59,12 @@ class Transfer:
     channel: int = 0
     dst_ip: str | None = None
     hops: int = 0
+    after_start: tuple[str, float] | None = None
+
+    @property
+    def waits_for(self) -> tuple[str, ...]:
+        """Every transfer this one waits for: ``after`` and the one of ``after_start``."""
+        return self.after + ((self.after_start[0],) if self.after_start else ())
 
 
 @dataclass(frozen=True)
@@ -129,7 +138,8 @@ class Plan:
     def from_json(text: str) -> "Plan":
         """Parse what :meth:`to_json` wrote."""
         data = json.loads(text)
-        transfers = [Transfer(**{**t, "after": tuple(t.get("after", ()))})
+        transfers = [Transfer(**{**t, "after": tuple(t.get("after", ())),
+                                 "after_start": _pair(t.get("after_start"))})
                      for t in data["transfers"]]
         hosts = {name: list(nics) for name, nics in data["hosts"].items()}
         return Plan(transfers, hosts, TransportSpec(**data["transport"]),
@@ -139,6 +149,11 @@ class Plan:
     def save(self, path: Path) -> None:
         """Write the plan to ``path``."""
         path.write_text(self.to_json())
+
+
+def _pair(value: Any) -> tuple[str, float] | None:
+    """``after_start`` from JSON (a list) back to ``(id, seconds)``."""
+    return None if value is None else (str(value[0]), float(value[1]))
 
 
 def validate_schedule(transfers: Iterable[Transfer], hosts: Iterable[str]) -> None:
@@ -172,13 +187,20 @@ def validate_schedule(transfers: Iterable[Transfer], hosts: Iterable[str]) -> No
             if t.src not in (by_id[dep].src, by_id[dep].dst):
                 raise ScheduleError(f"{t.id}: depends on {dep}, which {t.src} neither sends "
                                     f"nor receives")
+        if t.after_start is not None:
+            dep, seconds = t.after_start
+            if dep not in by_id or by_id[dep].src != t.src:
+                raise ScheduleError(f"{t.id}: after_start needs a transfer {t.src} sends, "
+                                    f"got {dep!r}")
+            if not 0 <= seconds < float("inf"):
+                raise ScheduleError(f"{t.id}: after_start seconds must be >= 0, got {seconds}")
     _check_acyclic(by_id)
 
 
 def _check_acyclic(by_id: dict[str, Transfer]) -> None:
     state: dict[str, int] = {}  # 1 visiting, 2 done
     for root in by_id:
-        stack = [(root, iter(by_id[root].after))]
+        stack = [(root, iter(by_id[root].waits_for))]
         state[root] = state.get(root, 0) or 1
         if state[root] == 2:
             continue
@@ -192,7 +214,7 @@ def _check_acyclic(by_id: dict[str, Transfer]) -> None:
                 raise ScheduleError(f"dependency cycle through {dep!r}")
             elif state.get(dep) != 2:
                 state[dep] = 1
-                stack.append((dep, iter(by_id[dep].after)))
+                stack.append((dep, iter(by_id[dep].waits_for)))
 
 
 def dependency_order(transfers: Iterable[Transfer]) -> list[Transfer]:
@@ -206,7 +228,7 @@ def dependency_order(transfers: Iterable[Transfer]) -> list[Transfer]:
     transfers = list(transfers)
     by_id = {t.id: t for t in transfers}
     for t in transfers:
-        missing = [d for d in t.after if d not in by_id]
+        missing = [d for d in t.waits_for if d not in by_id]
         if missing:
             raise ScheduleError(f"{t.id}: depends on unknown transfer {missing[0]!r}")
     _check_acyclic(by_id)
@@ -217,7 +239,7 @@ def dependency_order(transfers: Iterable[Transfer]) -> list[Transfer]:
         stack = [tid]
         while stack:
             cur = stack[-1]
-            pending = [d for d in by_id[cur].after if d not in done]
+            pending = [d for d in by_id[cur].waits_for if d not in done]
             if pending:
                 stack.extend(pending)
                 continue

@@ -200,3 +200,51 @@ def test_start_at_zero_means_now(tmp_path: Path):
     assert all(r.returncode == 0 for r in runs.values()), runs["a"].result
     result = runs["a"].result
     assert result["start_at"] >= result["started_at"] - 0.001
+
+
+def test_after_start_is_checked_and_survives_the_plan_file():
+    from fabric.traffic.model import ScheduleError, validate_schedule
+
+    base = [Transfer("t0", "a", "b", 10), Transfer("back", "b", "a", 10)]
+    ok = Transfer("t1", "a", "b", 10, after=("t0",), after_start=("t0", 0.5))
+    validate_schedule(base + [ok], ["a", "b"])
+    plan = Plan(base + [ok], {"a": ["10.0.0.1/24"], "b": ["10.0.0.2/24"]})
+    assert Plan.from_json(plan.to_json()).transfers[-1].after_start == ("t0", 0.5)
+    for bad, match in [(("nope", 1.0), "after_start"), (("back", 1.0), "after_start"),
+                       (("t0", -1.0), "seconds"), (("t1", 1.0), "cycle")]:
+        with pytest.raises(ScheduleError, match=match):
+            validate_schedule(base + [Transfer("t1", "a", "b", 10, after_start=bad)],
+                              ["a", "b"])
+
+
+def test_after_start_holds_a_send_for_its_compute_time(tmp_path: Path):
+    """A three-step loop: each request leaves when the previous reply is in and at least
+    0.4 s after the previous request left (the compute), whichever is later."""
+    hosts = loopback_hosts(["a", "b"])
+    transfers = [Transfer("req0", "a", "b", 64), Transfer("rep0", "b", "a", 2_000,
+                                                          after=("req0",))]
+    for k in (1, 2):
+        transfers += [Transfer(f"req{k}", "a", "b", 64, after=(f"rep{k - 1}",),
+                               after_start=(f"req{k - 1}", 0.4)),
+                      Transfer(f"rep{k}", "b", "a", 2_000, after=(f"req{k}",))]
+    plan = Plan(transfers, hosts, TransportSpec(kind="tcp"), start_at=time.time() + 0.5,
+                deadline_s=8)
+    runs = run_plan(plan, tmp_path)
+    assert all(r.returncode == 0 for r in runs.values()), [r.result for r in runs.values()]
+    for k in (1, 2):
+        req, prev = _row(runs["a"], f"req{k}", "send"), _row(runs["a"], f"req{k - 1}", "send")
+        assert req["ready"] - prev["ready"] == pytest.approx(0.4, abs=0.05)
+        assert req["ready"] >= _row(runs["a"], f"rep{k - 1}", "recv")["end"]
+
+
+def test_a_failed_timing_transfer_fails_what_is_timed_from_it(tmp_path: Path):
+    hosts = loopback_hosts(["a", "b", "c"])     # c's agent never starts
+    transfers = [Transfer("dead", "a", "c", 100), Transfer("t", "a", "b", 10, after=("dead",)),
+                 Transfer("timed", "a", "b", 10, after_start=("t", 0.1))]
+    plan = Plan(transfers, hosts, TransportSpec(kind="tcp"), start_at=time.time() + 0.3,
+                deadline_s=9.0)
+    runs = run_plan(plan, tmp_path, hosts=["a", "b"], timeout_s=15)
+    timed = _row(runs["a"], "timed", "send")
+    # "t" never started, so nothing can time from it: failed at once, not at the deadline
+    assert timed["start"] is None and "dependency t failed" in timed["error"]
+    assert runs["a"].result["finished_at"] - plan.start_at < 8.0
