@@ -9,8 +9,9 @@ import pytest
 
 from fabric.traffic.metrics import round_times
 from fabric.traffic.model import Transfer, dependency_order, validate_schedule
-from fabric.traffic.storage import (checkpoint_write, incast_rounds, restart_stampede, round_of,
-                                    striped_read)
+from fabric.traffic.storage import (cache_sources, checkpoint_restore, checkpoint_write,
+                                    dataloader, incast_rounds, restart_stampede, round_of,
+                                    step_times, storage_sources, striped_read)
 
 CLIENT = "c0"
 SERVERS = [f"s{i}" for i in range(5)]
@@ -164,3 +165,109 @@ def test_restart_stampede(stripe):
     times = simulate(ts)
     ends = {times[t.id][1] for t in ts if "/resp" in t.id}
     assert len(ends) == 1  # 12345 = 5 x 2469: equal stripes end together
+
+
+# --- the data loader's step loop and the checkpoint restore ---------------------
+
+def simulate_loop(transfers: list[Transfer], duration) -> dict[str, tuple[float, float]]:
+    """As :func:`simulate`, honouring ``after_start`` (not before its transfer's start
+    plus the compute time)."""
+    times: dict[str, tuple[float, float]] = {}
+    for t in dependency_order(transfers):
+        start = max((times[d][1] for d in t.after), default=0.0)
+        if t.after_start:
+            start = max(start, times[t.after_start[0]][0] + t.after_start[1])
+        times[t.id] = (start, start + duration(t))
+    return times
+
+
+def test_dataloader_prefetches_one_batch_and_steps_wait_for_their_compute():
+    ts = dataloader(CLIENT, SERVERS[:2], 1001, steps=4, compute_s=1.0, tag="L", dscp=10)
+    validate_schedule(ts, HOSTS)
+    by_id = {t.id: t for t in ts}
+    assert len(ts) == 4 * 2 * 2 and all(t.dscp == 10 for t in ts)
+    assert sum(by_id[f"L/batch3/stripe{j}"].bytes for j in range(2)) == 1001
+    assert by_id["L/batch0/req1"].after == () and by_id["L/batch0/req1"].after_start is None
+    # batch 1 is asked for when step 0 starts: as soon as batch 0 is in
+    assert by_id["L/batch1/req0"].after == ("L/batch0/stripe0", "L/batch0/stripe1")
+    assert by_id["L/batch1/req0"].after_start is None
+    # batch k+1 also waits for step k-1's compute, which began when batch k was asked for
+    assert by_id["L/batch3/req1"].after_start == ("L/batch2/req0", 1.0)
+    assert by_id["L/batch3/stripe1"].after == ("L/batch3/req1",)
+
+
+@pytest.mark.parametrize("fetch_s, stall", [(0.25, 0.0), (1.5, 0.5)])
+def test_the_loop_stalls_exactly_when_a_fetch_outlasts_the_compute(fetch_s, stall):
+    ts = dataloader(CLIENT, SERVERS[:2], 1000, steps=5, compute_s=1.0)
+    times = simulate_loop(ts, lambda t: fetch_s if "/stripe" in t.id else 0.0)
+    arrivals = [max(times[f"load/batch{k}/stripe{j}"][1] for j in range(2)) for k in range(5)]
+    starts = step_times(arrivals, 1.0)
+    assert [b - a - 1.0 for a, b in zip(starts, starts[1:])] == pytest.approx([stall] * 4)
+    # the loader asked for batch k+1 exactly when step k started
+    asked = [times[f"load/batch{k}/req0"][0] for k in range(1, 5)]
+    assert asked == pytest.approx(starts[:4])
+
+
+def test_step_times_by_hand():
+    assert step_times([2.0, 2.5, 5.0, 5.2], 1.0) == [2.0, 3.0, 5.0, 6.0]
+    assert step_times([], 1.0) == []
+
+
+def test_dataloader_errors():
+    with pytest.raises(ValueError, match="steps"):
+        dataloader(CLIENT, SERVERS, 100, steps=1, compute_s=1.0)
+    with pytest.raises(ValueError, match="compute_s"):
+        dataloader(CLIENT, SERVERS, 100, steps=3, compute_s=0)
+    with pytest.raises(ValueError, match="empty"):
+        dataloader(CLIENT, SERVERS, 3, steps=3, compute_s=1.0)
+
+
+def test_cache_sources_spread_hits_and_misses_and_read_own_shards_locally():
+    peers = ["p0", "p1", "p2"]
+    sources = cache_sources(["p0", "p2"], ["s0", "s1"], peers, shards=10, hit_rate=0.8)
+    first = sources[0]
+    misses = [s for s, src in enumerate(first) if src in ("s0", "s1")]
+    assert misses == [4, 9] and [first[s] for s in misses] == ["s0", "s1"]
+    hits = [s for s in range(10) if s not in misses]
+    holders = ["p0", "p1", "p2", "p0", "p1", "p2", "p0", "p1"]  # round robin over peers
+    assert [first[s] for s in hits] == [None if h == "p0" else h for h in holders]
+    assert [sources[1][s] for s in hits] == [None if h == "p2" else h for h in holders]
+    assert all(src in ("s0", "s1") for src in cache_sources(["p0"], ["s0", "s1"], peers, 10,
+                                                            0.0)[0])
+    with pytest.raises(ValueError, match="hit_rate"):
+        cache_sources(["p0"], ["s0"], peers, 10, 1.5)
+
+
+@pytest.mark.parametrize("window", [None, 1, 3])
+def test_checkpoint_restore_reads_every_shard_with_at_most_w_outstanding(window):
+    clients = ["c0", "c1"]
+    sources = storage_sources(2, SERVERS[:3], shards=7)
+    assert sources[0] == ["s0", "s1", "s2", "s0", "s1", "s2", "s0"]
+    ts = checkpoint_restore(clients, sources, 100, admission=window)
+    validate_schedule(ts, clients + SERVERS)
+    for i, client in enumerate(clients):
+        shards = [t for t in ts if t.dst == client]
+        assert len(shards) == 7 and all(t.bytes == 100 for t in shards)
+        assert all(t.after == (f"restore/c{i}/req{t.id.rsplit('shard', 1)[1]}",)
+                   for t in shards)
+    times = simulate(ts)
+    if window is None:
+        assert all(times[t.id][0] == 0 for t in ts if "/req" in t.id)
+    else:
+        mine = [t for t in ts if t.src == "c0" or t.dst == "c0"]
+        assert max_outstanding([Transfer(t.id.replace("shard", "stripe"), t.src, t.dst, t.bytes,
+                                         tuple(a.replace("shard", "stripe") for a in t.after))
+                                for t in mine],
+                               {k.replace("shard", "stripe"): v for k, v in times.items()}
+                               ) == window
+
+
+def test_checkpoint_restore_skips_local_shards_and_rejects_self_reads():
+    ts = checkpoint_restore(["c0"], [["s0", None, "s1"]], 10, admission=1)
+    assert [t.id for t in ts] == ["restore/c0/req0", "restore/c0/shard0", "restore/c0/req2",
+                                  "restore/c0/shard2"]
+    assert ts[2].after == ("restore/c0/shard0",)   # the window counts network reads only
+    with pytest.raises(ValueError, match="itself"):
+        checkpoint_restore(["c0"], [["c0"]], 10)
+    with pytest.raises(ValueError, match="source lists"):
+        checkpoint_restore(["c0", "c1"], [["s0"]], 10)
