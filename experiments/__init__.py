@@ -10,4 +10,5 @@ EXPERIMENTS = {
     "zones": "experiments.zones",
     "placement": "experiments.placement",
     "failures": "experiments.failures",
+    "storage": "experiments.storage",
 }

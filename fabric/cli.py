@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import signal
 import sys
@@ -264,15 +265,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def format_table(name: str, outcome: dict) -> str:
-    """The experiment's headline table as aligned text, theory notes and validity."""
+    """The experiment's headline table as aligned text, theory notes and validity.
+
+    Consecutive rows with the same columns make one block (an experiment of
+    several parts has one block per part)."""
     table = outcome["table"]
     if not table:
         return f"{name}: no rows"
-    columns = list(table[0])
-    cells = [[_cell(row.get(c)) for c in columns] for row in table]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    lines: list[str] = []
+    for columns, rows in itertools.groupby(table, key=lambda row: tuple(row)):
+        cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+        widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+        lines += [""] if lines else []
+        lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+        lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
     lines += outcome.get("notes", [])
     fid = outcome["fidelity"]
     failed = [c["name"] for c in fid["checks"] if not c["ok"]]

@@ -290,9 +290,12 @@ def checkpoint_restore(clients: Sequence[str], sources: Sequence[Sequence[str | 
 
     Client ``i`` reads shard ``s`` from ``sources[i][s]`` (None: it holds
     the shard itself, no transfer): a request, then the shard, which depends
-    on it. With ``admission=W`` (request-to-send admission) at most ``W``
-    reads are outstanding per client: its ``g``-th request waits for its
-    ``(g-W)``-th shard. Ids ``{tag}/c{i}/req{s}`` and ``{tag}/c{i}/shard{s}``.
+    on it. Client ``i`` reads its shards in order starting from shard ``i``
+    (modulo their number), so that clients reading a few at a time do not all
+    ask the same holder first. With ``admission=W`` (request-to-send
+    admission) at most ``W`` reads are outstanding per client: its ``g``-th
+    request (in its order) waits for its ``(g-W)``-th shard. Ids
+    ``{tag}/c{i}/req{s}`` and ``{tag}/c{i}/shard{s}``.
     """
     if len(sources) != len(clients):
         raise ValueError(f"{len(clients)} clients but {len(sources)} source lists")
@@ -304,7 +307,9 @@ def checkpoint_restore(clients: Sequence[str], sources: Sequence[Sequence[str | 
         raise ValueError("clients must be distinct")
     out: list[Transfer] = []
     for i, (client, row) in enumerate(zip(clients, sources)):
-        reads = [(s, src) for s, src in enumerate(row) if src is not None]
+        first = i % len(row) if row else 0
+        order = list(range(first, len(row))) + list(range(first))
+        reads = [(s, row[s]) for s in order if row[s] is not None]
         if any(src == client for _, src in reads):
             raise ValueError(f"{client} cannot read from itself over the network (use None)")
         for g, (s, src) in enumerate(reads):

@@ -22,6 +22,7 @@ ROW_FIELDS = {
     "placement": {"oversubscription", "placement", "busbw_frac"},
     "failures": {"scenario", "policy", "slowdown", "ideal_slowdown", "reroute_ms", "stall_ms",
                  "timeouts", "lost_bytes"},
+    "storage": {"part", "drops", "timeouts", "valid"},
 }
 
 

@@ -267,6 +267,9 @@ def test_checkpoint_restore_skips_local_shards_and_rejects_self_reads():
     assert [t.id for t in ts] == ["restore/c0/req0", "restore/c0/shard0", "restore/c0/req2",
                                   "restore/c0/shard2"]
     assert ts[2].after == ("restore/c0/shard0",)   # the window counts network reads only
+    second = checkpoint_restore(["c0", "c1"], [["s0", "s1", "s2"]] * 2, 10, admission=1)
+    assert [t.id for t in second if t.src == "c1"] == [  # client 1 starts at shard 1
+        "restore/c1/req1", "restore/c1/req2", "restore/c1/req0"]
     with pytest.raises(ValueError, match="itself"):
         checkpoint_restore(["c0"], [["c0"]], 10)
     with pytest.raises(ValueError, match="source lists"):

@@ -1,0 +1,209 @@
+"""The storage experiment without root: roles, sizes, the step-loop and restore
+measurements on synthetic results, the table, a whole quick run on a fake fabric and its
+figures."""
+
+from __future__ import annotations
+
+import pytest
+
+import topologies
+from experiments import EXPERIMENTS, common
+from experiments import storage as st
+from experiments.common import RunContext
+from fabric.analysis import results
+from fabric.cli import format_table
+from fabric.emulation.traffic import TrafficResult
+from fabric.model import graph as fg
+from fabric.traffic.model import Plan, ScheduleError, dependency_order, validate_schedule
+from tests import fake_emulation
+
+RATE = 3.0
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return topologies.build(st.DEFAULT_TOPO)
+
+
+@pytest.fixture(scope="module")
+def who(graph):
+    return st.roles(graph)
+
+
+def fake_result(transfers, duration, fail=(), drops=None, timeouts=0):
+    """Every transfer starts when its dependencies (and its after_start) allow and takes
+    ``duration(t)``; ids in ``fail`` never finish, nor does what waits for them."""
+    times: dict[str, tuple[float | None, float | None]] = {}
+    agents: dict[str, dict] = {}
+    for t in dependency_order(transfers):
+        blocked = any(times[d][1] is None for d in t.after) or (
+            t.after_start is not None and times[t.after_start[0]][0] is None)
+        start = None
+        if not blocked:
+            start = max((times[d][1] for d in t.after), default=100.0)
+            if t.after_start:
+                start = max(start, times[t.after_start[0]][0] + t.after_start[1])
+        end = None if start is None or t.id in fail else start + duration(t)
+        times[t.id] = (start, end)
+        for ep, role in ((t.src, "send"), (t.dst, "recv")):
+            agents.setdefault(ep, {"transfers": [], "netstat": {"TCPTimeouts": timeouts}})
+            agents[ep]["transfers"].append({"id": t.id, "role": role, "start": start,
+                                            "end": end, "ready": start, "bytes": t.bytes})
+    hosts = {ep: ["10.0.0.1/24"] for ep in agents}
+    return TrafficResult(Plan(list(transfers), hosts), agents, None, {}, dict(drops or {}), [])
+
+
+def by_kind(fetch_s=0.25, shard_s=0.5, ring_s=0.01):
+    def duration(t):
+        if "/stripe" in t.id:
+            return fetch_s
+        if "/shard" in t.id:
+            return shard_s
+        return ring_s if t.id.startswith("ring/") else 0.0
+    return duration
+
+
+def test_registered():
+    assert EXPERIMENTS["storage"] == "experiments.storage"
+
+
+def test_roles_use_storage_nodes_or_stand_ins():
+    ls = st.roles(topologies.build("leaf-spine"))
+    assert len(ls.training) == 12 and ls.servers == ("l3h3", "l3h2", "l3h1", "l3h0")
+    zones = topologies.build("two-zone,hosts_per_leaf=4,leaves=2,spines=2,interzone_links=1,"
+                             "storage=2")
+    who = st.roles(zones)
+    assert who.servers == ("st0", "st1") and len(who.training) == 16
+    assert st.storage_links(zones, who) == 4   # dual-homed: one link per zone
+    with pytest.raises(ScheduleError, match="2 training hosts"):
+        st.roles(topologies.build("leaf-spine,leaves=2,hosts_per_leaf=2,spines=1"))
+
+
+def test_sizes_follow_the_rate(who, graph):
+    links = st.storage_links(graph, who)
+    nbytes = st.batch_bytes(RATE, len(who.training), links)
+    load = len(who.training) * nbytes / (links * RATE * 1e6 / 8 * st.COMPUTE_S)
+    assert load == pytest.approx(st.STORAGE_LOAD, rel=1e-3)
+    assert st.batch_bytes(2 * RATE, len(who.training), links) == pytest.approx(2 * nbytes, 1)
+    shards = st.SHARDS_PER_SERVER * len(who.servers)
+    assert st.shard_bytes(RATE, shards) * shards == pytest.approx(RATE * 1e6 / 8, rel=1e-3)
+    assert st.clients_of(st.FULL, who) == [1, 2, 4, 8, 12]
+    assert st.clients_of(st.QUICK, who) == [1, 4, 12]
+
+
+def test_schedules_validate_and_the_ring_comes_with_its_conditions(who, graph):
+    links = st.storage_links(graph, who)
+    for condition, (_, ring) in st.CONDITIONS.items():
+        ts = st.loading_transfers(who, condition, RATE, 4, links)
+        validate_schedule(ts, fg.endpoints(graph))
+        assert any(t.id.startswith("ring/") for t in ts) == ring
+    with pytest.raises(ValueError, match="condition"):
+        st.loading_transfers(who, "nope", RATE, 4, links)
+    for source in st.SOURCES:
+        validate_schedule(st.restore_transfers(who, source, 4, RATE), fg.endpoints(graph))
+    cached = st.restore_transfers(who, "cache", 12, RATE)
+    stored = sum(t.bytes for t in cached if t.src in who.servers)
+    assert stored == pytest.approx(0.2 * sum(t.bytes for t in cached if "/shard" in t.id),
+                                   rel=0.1)
+
+
+def test_ideal_is_the_busiest_endpoint_link(who, graph):
+    one = st.restore_transfers(who, "storage", 1, RATE)
+    twelve = st.restore_transfers(who, "storage", 12, RATE)
+    # one client: its own downlink (the checkpoint, RESTORE_S at line rate, plus headers)
+    assert st.endpoint_bound_s(one, graph, RATE) == pytest.approx(st.RESTORE_S * st.TCP_WIRE,
+                                                                  rel=1e-3)
+    # twelve: each of the 4 servers sends 12 quarters of the checkpoint
+    assert st.endpoint_bound_s(twelve, graph, RATE) == pytest.approx(3 * st.RESTORE_S
+                                                                     * st.TCP_WIRE, rel=1e-3)
+
+
+@pytest.mark.parametrize("fetch_s, stall_ms", [(0.25, 0.0), (1.5, 500.0)])
+def test_measure_loading_finds_the_stalls(who, graph, fetch_s, stall_ms):
+    links = st.storage_links(graph, who)
+    ts = st.loading_transfers(who, "shared", RATE, 4, links)
+    row, fetches = st.measure_loading(fake_result(ts, by_kind(fetch_s)), who, 4, graph, RATE,
+                                      links)
+    assert row["fetch_p50_ms"] == row["fetch_max_ms"] == pytest.approx(fetch_s * 1e3)
+    assert row["stall_ms_per_step"] == pytest.approx(stall_ms)
+    assert row["step_slowdown"] == pytest.approx(1 + stall_ms / 1e3 * 3 / 4)
+    assert row["collective_ms"] is not None and 0 < row["fetch_ideal_ms"] < 1e3
+    assert len(fetches) == 12 * 4 and {f["batch"] for f in fetches} == {0, 1, 2, 3}
+
+
+def test_measure_loading_with_a_lost_batch_has_no_figures(who, graph):
+    links = st.storage_links(graph, who)
+    ts = st.loading_transfers(who, "alone", RATE, 4, links)
+    row, fetches = st.measure_loading(fake_result(ts, by_kind(), fail={"load/c3/batch2/stripe1"}),
+                                      who, 4, graph, RATE, links)
+    assert row["fetch_p99_ms"] is None and row["stall_ms_per_step"] is None
+    assert row["step_slowdown"] is None and row["collective_ms"] is None
+    mine = [f for f in fetches if f["client"] == who.training[3]]
+    assert [f["fetch_ms"] is None for f in mine] == [False, False, True, True]
+    assert [f["stall_ms"] for f in mine][2:] == [None, None]
+
+
+@pytest.mark.parametrize("source, restore", [("storage", 0.5), ("admission", 2.5)])
+def test_measure_restore(who, graph, source, restore):
+    ts = st.restore_transfers(who, source, 4, RATE)
+    row = st.measure_restore(fake_result(ts, by_kind(), drops={"l0h0": 3}, timeouts=1), ts,
+                             who, graph, RATE)
+    # 20 shards per client at once take one shard time; 4 at a time take 5
+    assert row["restore_s"] == pytest.approx(restore) and row["restore_p99_s"] == row["restore_s"]
+    assert row["storage_link_util"] == pytest.approx(
+        4 * RATE * 1e6 / 8 / restore / (4 * RATE * 1e6 / 8), rel=1e-3)
+    assert row["drops"] == 3 and row["timeouts"] == 1 * len({t.src for t in ts} | {t.dst
+                                                                               for t in ts})
+    failed = st.measure_restore(fake_result(ts, by_kind(), fail={"restore/c1/shard3"}), ts, who,
+                                graph, RATE)
+    assert failed["restore_s"] is None and failed["storage_link_util"] is None
+
+
+def _fake_fabric(monkeypatch, duration, fail=()):
+    from fabric.emulation import fidelity
+
+    fake_emulation.FakeEmulation.made = []
+    monkeypatch.setattr(st, "Emulation", fake_emulation.FakeEmulation)
+    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+        "idle_path_rate", 0.99, 0.9, True))
+    monkeypatch.setattr(common, "traffic_run",
+                        lambda emu, transfers, transport, workdir, seed, deadline_s=120.0,
+                        during=None: fake_result(transfers, duration, fail=fail))
+
+
+def test_quick_run_writes_both_parts_and_draws_them(tmp_path, monkeypatch):
+    from fabric.model.lanes import SINGLE_LANE, THREE_LANES
+
+    _fake_fabric(monkeypatch, by_kind(fetch_s=1.2))
+    outcome = st.run(RunContext(tmp_path, quick=True))
+    assert [o.lanes for o in fake_emulation.FakeEmulation.made] == [SINGLE_LANE, THREE_LANES]
+    runs = results.read_csv(tmp_path / "runs.csv")
+    assert len(runs) == 3 + len(st.SOURCES) * 3 and all(r["valid"] == "True" for r in runs)
+    table = outcome["table"]
+    assert [r["condition"] for r in table if r["part"] == "dataloading"] == [
+        "alone", "shared", "separate"]
+    assert [(r["source"], r["clients"]) for r in table if r["part"] == "stampede"] == [
+        (s, n) for s in st.SOURCES for n in (1, 4, 12)]
+    assert all(r["stall_ms_per_step"] == pytest.approx(200.0) for r in table
+               if r["part"] == "dataloading")
+    assert outcome["fidelity"]["valid"] and summary_valid(tmp_path)
+    assert outcome["parameters"]["estimated_s"] < st.QUICK_BUDGET_S
+    text = format_table("storage", outcome)
+    assert text.count("fetch_p99_ms") == 1 and text.count("restore_p99_s") == 1
+    assert len(results.read_csv(tmp_path / "fetches.csv")) == 3 * 12 * st.QUICK.steps
+    written = st.plot(tmp_path)
+    assert {p.name for p in written} == {"fetch_cdf.png", "fetch_cdf.pdf", "restore_time.png",
+                                         "restore_time.pdf"}
+
+
+def summary_valid(run_dir):
+    return results.read_json(run_dir / "summary.json")["valid"]
+
+
+def test_a_lost_shard_makes_the_run_invalid_and_figures_still_draw(tmp_path, monkeypatch):
+    _fake_fabric(monkeypatch, by_kind(), fail={"restore/c0/shard4"})  # a cache miss: from storage in every source
+    outcome = st.run(RunContext(tmp_path, quick=True))
+    assert not outcome["fidelity"]["valid"] and not summary_valid(tmp_path)
+    broken = [r for r in outcome["table"] if r["part"] == "stampede"]
+    assert all(r["restore_s"] is None and not r["valid"] for r in broken)
+    assert len(st.plot(tmp_path)) == 4
