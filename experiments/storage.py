@@ -486,21 +486,26 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- figures (no root: read the run directory only) -----------------------------
 
 def plot(run_dir: Path) -> list[Path]:
-    """Fetch-latency CDFs with the step budget; restore time against clients per source."""
+    """One figure, both parts: fetch-latency CDFs with the step budget (left), restore
+    time against clients per source with each source's ideal (right)."""
     plt, summary, runs = load_run(run_dir)
-    mark = plotstyle.validity_mark(summary)
     fetches = results.read_csv(run_dir / "fetches.csv") if (run_dir / "fetches.csv").exists() \
         else []
-    compute_ms = float(summary.get("compute_ms", COMPUTE_S * 1e3))
-    written: list[Path] = []
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7.2, 2.8))
+    _fetch_cdf(left, fetches, runs, float(summary.get("compute_ms", COMPUTE_S * 1e3)))
+    _restore_curves(right, [r for r in runs if r["part"] == "stampede"])
+    return plotstyle.save(fig, run_dir, "storage", plotstyle.validity_mark(summary))
 
-    fig, ax = plt.subplots(figsize=(3.8, 2.6))
+
+def _fetch_cdf(ax: Any, fetches: list[dict[str, str]], runs: list[dict[str, str]],
+               compute_ms: float) -> None:
     for i, condition in enumerate(CONDITIONS):
         values = sorted(float(f["fetch_ms"]) for f in fetches if f["condition"] == condition
                         and int(f["batch"]) > 0 and f["fetch_ms"] not in ("", None))
         if values:
             ax.step(values, [(k + 1) / len(values) for k in range(len(values))], where="post",
-                    label=condition, **plotstyle.series_style(condition, i))
+                    label=condition, markevery=max(1, len(values) // 8),
+                    **plotstyle.series_style(condition, i))
     ax.axvline(compute_ms, ls="--", color="grey", lw=1, label="step budget (compute)")
     ideals = [float(r["fetch_ideal_ms"]) for r in runs if r["part"] == "dataloading"
               and r.get("fetch_ideal_ms") not in ("", None)]
@@ -510,11 +515,11 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("batch fetch latency (ms)")
     ax.set_ylabel("fraction of fetches")
-    ax.legend(loc="lower right", fontsize=7)
-    written += plotstyle.save(fig, run_dir, "fetch_cdf", mark)
+    ax.set_title("dataloading")
+    ax.legend(loc="upper left", fontsize=7)
 
-    fig, ax = plt.subplots(figsize=(3.8, 2.6))
-    stampede = [r for r in runs if r["part"] == "stampede"]
+
+def _restore_curves(ax: Any, stampede: list[dict[str, str]]) -> None:
     for i, source in enumerate(s for s in SOURCES if any(r["source"] == s for r in stampede)):
         mine = [r for r in stampede if r["source"] == source]
         sizes = sorted({int(r["clients"]) for r in mine})
@@ -527,11 +532,10 @@ def plot(run_dir: Path) -> list[Path]:
                                     if int(r["clients"]) == n)))
         style = plotstyle.series_style(source, i)
         ax.plot(sizes, means, label=source, **style)
-        ax.plot(sizes, ideal, ls=":", color=style.get("color"), lw=1)
+        ax.plot(sizes, ideal, ls=":", color=style["color"], lw=1)
     ax.plot([], [], ls=":", color="grey", lw=1, label="ideal (busiest link)")
     ax.set_ylim(bottom=0)
     ax.set_xlabel("clients restoring at once")
     ax.set_ylabel("restore time (s)")
+    ax.set_title("checkpoint-restore stampede")
     ax.legend(loc="upper left", fontsize=7)
-    written += plotstyle.save(fig, run_dir, "restore_time", mark)
-    return written
