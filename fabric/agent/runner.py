@@ -5,8 +5,8 @@ Life cycle: parse and check the plan, bind listeners on every own NIC
 wait for ``plan.start_at`` while already accepting peers, then start every
 transfer this host sends as soon as all its ``after`` transfers are complete
 as seen here (and, with ``after_start``, its compute time has passed since
-the transfer it names started), and stop when everything is complete or at ``start_at +
-deadline_s``. Unfinished transfers are reported with ``end=None`` and an
+the transfer it names started), and stop when everything is complete or at
+``start_at + deadline_s``. Unfinished transfers are reported with ``end=None`` and an
 error, never dropped. Everything runs on one thread in one event loop, so
 stopping is closing the loop's sockets; no thread or process outlives it.
 """
@@ -235,11 +235,11 @@ class Agent:
         problem = self._resolve(record)
         if problem:
             self._fail(record, problem)
-            return
-        assert self.engine is not None
-        self.engine.start_send(record, time.monotonic())
+        else:
+            assert self.engine is not None
+            self.engine.start_send(record, time.monotonic())
         for dependent in self.waiting_start.get(record.id, ()):
-            self._try_start(dependent)
+            self._try_start(dependent)  # timed from when it was ready to go, sent or not
 
     def _done(self, record: TransferRecord) -> None:
         self._settled.add(id(record))

@@ -76,8 +76,8 @@ class TransportSpec:
     source port per transfer (ECMP-like), ``packet`` varies it per packet
     over ``entropy_ports`` ports (spraying), ``recycle`` sprays too but sends
     again on the ports whose packets the receiver saw arrive without queueing
-    (after REPS) and tries the next port of the pool only when it has none. ``rate_mbps``: pacing ceiling of
-    a roce sender (the emulated host link rate). ``cc``: the roce congestion
+    (after REPS) and tries the next port of the pool only when it has none.
+    ``rate_mbps``: pacing ceiling of a roce sender (the emulated host link rate). ``cc``: the roce congestion
     control (:mod:`fabric.agent.cc`): ``swift`` (delay-based) or ``loss``.
     ``timeline``: roce receivers report every newly delivered packet's arrival
     and send time (``arrivals``), for delivery timelines around failures.
