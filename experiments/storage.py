@@ -233,12 +233,16 @@ def estimate_s(mode: Mode, seeds: int, who: Roles, host_mbps: float) -> float:
 
 # --- measurement ---------------------------------------------------------------
 
-def _timeouts(result: Any) -> int:
-    return sum(int(a.get("netstat", {}).get("TCPTimeouts", 0)) for a in result.agents.values())
+def _counter(result: Any, name: str) -> int:
+    return sum(int(a.get("netstat", {}).get(name, 0)) for a in result.agents.values())
 
 
-def _drops(result: Any) -> int:
-    return int(sum(result.ingress_drops.values()))
+def _losses(result: Any) -> dict[str, int]:
+    """``drops`` at the endpoints' ingress buffers (exact); ``retransmits`` and
+    ``timeouts`` from the hosts' TCP counters, which also see losses in the core."""
+    return {"drops": int(sum(result.ingress_drops.values())),
+            "retransmits": _counter(result, "RetransSegs"),
+            "timeouts": _counter(result, "TCPTimeouts")}
 
 
 def _ms(value: float | None) -> float | None:
@@ -302,7 +306,7 @@ def measure_loading(result: Any, who: Roles, steps: int, graph: nx.Graph, host_m
            "stall_ms_per_step": round(per_step, 1) if per_step is not None else None,
            "step_slowdown": (round(1 + per_step * (steps - 1) / (steps * COMPUTE_S * 1e3), 4)
                              if per_step is not None else None),
-           "collective_ms": ring_ms, "drops": _drops(result), "timeouts": _timeouts(result)}
+           "collective_ms": ring_ms, **_losses(result)}
     return row, fetches
 
 
@@ -337,7 +341,7 @@ def measure_restore(result: Any, transfers: Sequence[Transfer], who: Roles, grap
                    restore_p99_s=round(metrics.percentile(per_client, 99), 3),
                    storage_link_util=round(stored / restore / (links * _bytes_per_s(host_mbps)),
                                            4))
-    return {**row, "drops": _drops(result), "timeouts": _timeouts(result)}
+    return {**row, **_losses(result)}
 
 
 # --- the run -------------------------------------------------------------------
@@ -439,7 +443,11 @@ def _notes(who: Roles, host_mbps: float, links: int, mode: Mode) -> list[str]:
         f"every read goes to storage, the cache ({HIT_RATE:.0%} hits) flattens it, admission "
         f"(W={ADMISSION}) removes the timeouts",
         "ideal: the busiest endpoint link at line rate (TCP/IP headers counted, core "
-        "uncontended); anchor: Meta's 80 % cache hit rate, 1-2 ms metadata access, low pMax",
+        "uncontended); for a fetch, with every host fetching at once (hosts whose loops "
+        "drift apart fetch faster); anchor: Meta's 80 % cache hit rate, 1-2 ms metadata "
+        "access, low pMax",
+        "drops: the endpoints' ingress buffers only; retransmits and timeouts (the hosts' TCP "
+        "counters) also see losses in the core",
     ]
 
 
@@ -447,9 +455,14 @@ def _truthy(value: Any) -> bool:
     return value is True or str(value).lower() == "true"
 
 
+def _summed_losses(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {k: sum(r[k] for r in rows) for k in ("drops", "retransmits", "timeouts")}
+
+
 def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Dataloading per condition, then the stampede per source and clients (mean over
-    seeds; fetch_max is the maximum). ``valid`` only when every run of the row was."""
+    seeds; fetch_max is the maximum; losses are summed). ``valid`` only when every run of
+    the row was."""
     table = []
     loading = [r for r in rows if r["part"] == "dataloading"]
     for condition in [c for c in CONDITIONS if any(r["condition"] == c for r in loading)]:
@@ -464,8 +477,7 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                         1),
                       "step_slowdown": mean_or_none([r["step_slowdown"] for r in mine]),
                       "collective_ms": mean_or_none([r["collective_ms"] for r in mine], 1),
-                      "drops": sum(r["drops"] for r in mine),
-                      "timeouts": sum(r["timeouts"] for r in mine),
+                      **_summed_losses(mine),
                       "valid": all(_truthy(r["valid"]) for r in mine)})
     stampede = [r for r in rows if r["part"] == "stampede"]
     for source in [s for s in SOURCES if any(r["source"] == s for r in stampede)]:
@@ -477,8 +489,7 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                           "restore_p99_s": mean_or_none([r["restore_p99_s"] for r in mine], 3),
                           "storage_link_util": mean_or_none([r["storage_link_util"]
                                                              for r in mine]),
-                          "drops": sum(r["drops"] for r in mine),
-                          "timeouts": sum(r["timeouts"] for r in mine),
+                          **_summed_losses(mine),
                           "valid": all(_truthy(r["valid"]) for r in mine)})
     return table
 

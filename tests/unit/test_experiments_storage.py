@@ -201,7 +201,8 @@ def summary_valid(run_dir):
 
 
 def test_a_lost_shard_makes_the_run_invalid_and_figures_still_draw(tmp_path, monkeypatch):
-    _fake_fabric(monkeypatch, by_kind(), fail={"restore/c0/shard4"})  # a cache miss: from storage in every source
+    # shard 4 is a cache miss: read from storage under every source
+    _fake_fabric(monkeypatch, by_kind(), fail={"restore/c0/shard4"})
     outcome = st.run(RunContext(tmp_path, quick=True))
     assert not outcome["fidelity"]["valid"] and not summary_valid(tmp_path)
     broken = [r for r in outcome["table"] if r["part"] == "stampede"]
