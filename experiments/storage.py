@@ -272,7 +272,7 @@ def fetch_records(result: Any, who: Roles, steps: int) -> list[dict[str, Any]]:
                      else None)
             stall = starts[k] - starts[k - 1] - COMPUTE_S if 0 < k < known else None
             out.append({"client": host, "batch": k, "fetch_ms": _ms(fetch),
-                        "stall_ms": _ms(stall) if stall is not None else None})
+                        "stall_ms": _ms(stall)})
     return out
 
 
@@ -527,7 +527,7 @@ def _fetch_cdf(ax: Any, fetches: list[dict[str, str]], runs: list[dict[str, str]
     ax.set_xlabel("batch fetch latency (ms)")
     ax.set_ylabel("fraction of fetches")
     ax.set_title("dataloading")
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="lower right", fontsize=7)  # the tail runs along the top
 
 
 def _restore_curves(ax: Any, stampede: list[dict[str, str]]) -> None:
