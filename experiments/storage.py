@@ -27,9 +27,9 @@ reads outstanding per client, as 3FS's request-to-send) and
 Every figure stands beside its ideal: what the busiest endpoint link allows
 at line rate (payload plus TCP/IP headers), with no contention in the core.
 
-Anchors (Meta, "Building Meta's GenAI infrastructure" and its storage
-talks): a distributed cache with an 80 % average hit rate takes restore
-reads off storage; metadata access in 1-2 ms; the aim is a low *maximum*
+Anchors (Meta's AI storage blueprint): a distributed cache with an 80 %
+average hit rate takes restore reads off storage; metadata access in 1-2 ms
+(not modelled: a request is one 64-byte message); the aim is a low *maximum*
 fetch latency (pMax), not a low mean.
 """
 
