@@ -42,16 +42,37 @@ class RunState:
         return RUNS_DIR / f"{self.run_id}.json"
 
     @property
+    def tmp_path(self) -> Path:
+        """Where :meth:`save` writes before it renames (never left behind by a signal)."""
+        return self.path.with_suffix(".tmp")
+
+    @property
     def workdir(self) -> Path:
         """Scratch files of the run (batch files, controller status and log)."""
         return RUNS_DIR / self.run_id
 
     def save(self) -> None:
-        """Write the state atomically."""
+        """Write the state atomically.
+
+        A signal (SIGTERM, SIGINT raise in this process) can land between the
+        write and the rename: a complete new state is then still renamed into
+        place, a partial one removed, so no temporary file is left behind.
+        """
         RUNS_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, self.path)
+        tmp, written = self.tmp_path, False
+        try:
+            tmp.write_text(json.dumps(asdict(self), indent=1))
+            written = True
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                if written:
+                    os.replace(tmp, self.path)
+                else:
+                    tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            raise
 
     def add_process(self, pid: int, expect: str) -> None:
         """Record a process we started (``expect``: part of its command line)."""
@@ -66,9 +87,24 @@ def new_run_state() -> RunState:
 
 
 def load_all() -> list[RunState]:
-    """Return every run state on disk, oldest first."""
+    """Return every run state on disk, oldest first.
+
+    A temporary file left by a run killed (SIGKILL) between writing its new
+    state and renaming it is that run's newest state when it is complete: it
+    takes the place of the older one; an incomplete one is removed. A live
+    run's temporary file is its own business.
+    """
     if not RUNS_DIR.exists():
         return []
+    for tmp in sorted(RUNS_DIR.glob("*.tmp")):
+        owner = tmp.stem.rsplit("-", 1)[-1]
+        if owner.isdigit() and system.running(int(owner)):
+            continue
+        try:
+            RunState(**json.loads(tmp.read_text()))
+            os.replace(tmp, tmp.with_suffix(".json"))
+        except (OSError, ValueError, TypeError):
+            tmp.unlink(missing_ok=True)
     states = []
     for path in sorted(RUNS_DIR.glob("*.json")):
         try:
@@ -143,6 +179,7 @@ def undo(state: RunState) -> list[str]:
             pass
     shutil.rmtree(state.workdir, ignore_errors=True)
     state.path.unlink(missing_ok=True)
+    state.tmp_path.unlink(missing_ok=True)
     return done
 
 
