@@ -286,6 +286,11 @@ def load_run(run_dir: Path) -> tuple[Any, dict[str, Any], list[dict[str, str]]]:
             results.read_csv(run_dir / "runs.csv"))
 
 
+def truthy(value: Any) -> bool:
+    """A ``valid`` cell as a bool: True itself or its CSV text ("True")."""
+    return value is True or str(value).lower() == "true"
+
+
 def as_float(value: Any) -> float | None:
     """A CSV cell as a float; None for an empty cell (a figure that was not measured)."""
     return None if value in (None, "") else float(value)

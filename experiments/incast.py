@@ -35,7 +35,7 @@ import networkx as nx
 
 import topologies
 from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
-                                run_checks, run_schedules)
+                                run_checks, run_schedules, truthy)
 from fabric.analysis import plotstyle, results
 from fabric.analysis.report import metric_rows, summarize
 from fabric.emulation import Emulation
@@ -335,14 +335,11 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                       "timeouts": mean_or_none([r["timeouts"] for r in group], 2),
                       "retransmits": mean_or_none([r["retransmits"] for r in group], 2),
                       "drops": mean_or_none([r["drops"] for r in group], 2),
-                      "valid": all(_truthy(r["valid"]) for r in group)})
+                      "valid": all(truthy(r["valid"]) for r in group)})
     return table
 
 
 # --- figures (no root: read the run directory only) ---------------------------
-
-def _truthy(value: Any) -> bool:
-    return value is True or str(value).lower() == "true"
 
 
 def _num(value: Any) -> float | None:

@@ -32,7 +32,7 @@ import networkx as nx
 
 import topologies
 from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
-                                run_schedules)
+                                run_schedules, truthy)
 from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, capacity
 from fabric.model import graph as fg
@@ -312,14 +312,11 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                             if times else None),
                       "storage_goodput_frac": mean_or_none([r["storage_goodput_frac"]
                                                      for r in loaded]),
-                      "valid": all(_truthy(r["valid"]) for r in mine)})
+                      "valid": all(truthy(r["valid"]) for r in mine)})
     return table
 
 
 # --- figures (no root: read the run directory only) ---------------------------
-
-def _truthy(value: Any) -> bool:
-    return value is True or str(value).lower() == "true"
 
 
 def _values(runs: list[dict], lanes: str, phase: str, field: str) -> list[float]:

@@ -45,7 +45,7 @@ import networkx as nx
 
 import topologies
 from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
-                                run_schedules)
+                                run_schedules, truthy)
 from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, capacity
 from fabric.model import graph as fg
@@ -451,9 +451,6 @@ def _notes(who: Roles, host_mbps: float, links: int, mode: Mode) -> list[str]:
     ]
 
 
-def _truthy(value: Any) -> bool:
-    return value is True or str(value).lower() == "true"
-
 
 def _summed_losses(rows: list[dict[str, Any]]) -> dict[str, int]:
     return {k: sum(r[k] for r in rows) for k in ("drops", "retransmits", "timeouts")}
@@ -478,7 +475,7 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                       "step_slowdown": mean_or_none([r["step_slowdown"] for r in mine]),
                       "collective_ms": mean_or_none([r["collective_ms"] for r in mine], 1),
                       **_summed_losses(mine),
-                      "valid": all(_truthy(r["valid"]) for r in mine)})
+                      "valid": all(truthy(r["valid"]) for r in mine)})
     stampede = [r for r in rows if r["part"] == "stampede"]
     for source in [s for s in SOURCES if any(r["source"] == s for r in stampede)]:
         for clients in sorted({r["clients"] for r in stampede if r["source"] == source}):
@@ -490,7 +487,7 @@ def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                           "storage_link_util": mean_or_none([r["storage_link_util"]
                                                              for r in mine]),
                           **_summed_losses(mine),
-                          "valid": all(_truthy(r["valid"]) for r in mine)})
+                          "valid": all(truthy(r["valid"]) for r in mine)})
     return table
 
 
