@@ -28,6 +28,10 @@ def test_default_instance_is_fully_reachable_with_ecmp(spec: str) -> None:
     with emu:
         report = check_all_pairs(graph, emu.host)
         assert report.ok, f"unreachable pairs: {report.failed[:10]}"
+        if emu.report.datapath == "user":  # forwarding never waits behind the agents
+            assert os.sched_getscheduler(ovs.vswitchd_pid()) == \
+                os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+            assert not any("real-time" in w for w in emu.report.warnings)
         assert report.pairs == sum(len(v) for v in __import__(
             "fabric.emulation.reachability", fromlist=["targets"]).targets(graph).values())
     assert emu.leftovers() == []

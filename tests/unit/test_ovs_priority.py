@@ -1,0 +1,61 @@
+"""ovs-vswitchd's forwarding thread gets real-time priority, or a warning says why not."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from fabric.emulation import ovs
+
+POLICY = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+
+
+class FakeScheduler:
+    """Stands in for the kernel's scheduler calls on one pid."""
+
+    def __init__(self, policy: int, refuse: bool = False) -> None:
+        self.policy, self.refuse, self.calls = policy, refuse, []
+
+    def get(self, pid: int) -> int:
+        return self.policy
+
+    def set(self, pid: int, policy: int, param: os.sched_param) -> None:
+        if self.refuse:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        self.calls.append((pid, policy, param.sched_priority))
+        self.policy = policy
+
+
+@pytest.fixture
+def scheduler(monkeypatch: pytest.MonkeyPatch):
+    def install(policy: int, refuse: bool = False) -> FakeScheduler:
+        fake = FakeScheduler(policy, refuse)
+        monkeypatch.setattr(ovs.os, "sched_getscheduler", fake.get)
+        monkeypatch.setattr(ovs.os, "sched_setscheduler", fake.set)
+        return fake
+    return install
+
+
+def test_main_thread_becomes_fifo_with_reset_on_fork(scheduler) -> None:
+    fake = scheduler(os.SCHED_OTHER)
+    assert ovs.prioritize_forwarding(4242) == []
+    assert fake.calls == [(4242, POLICY, ovs.FORWARDING_RT_PRIORITY)]
+
+
+def test_already_prioritized_thread_is_left_alone(scheduler) -> None:
+    fake = scheduler(POLICY)
+    assert ovs.prioritize_forwarding(4242) == []
+    assert fake.calls == []
+
+
+def test_refusal_becomes_a_fidelity_warning(scheduler) -> None:
+    scheduler(os.SCHED_OTHER, refuse=True)
+    warnings = ovs.prioritize_forwarding(4242)
+    assert len(warnings) == 1
+    assert "real-time priority" in warnings[0] and "Operation not permitted" in warnings[0]
+
+
+def test_priority_stays_below_the_kernels_own_real_time_threads() -> None:
+    assert 1 <= ovs.FORWARDING_RT_PRIORITY < 50
