@@ -3,8 +3,10 @@ and do packet spraying and adaptive routing get it back?
 
 Patterns: a stride permutation across the spines, a ring all-reduce with
 random rank placement, and all-to-all; policies ``ecmp`` (one UDP source
-port per flow), ``spray`` and ``adaptive`` (a new source port per packet),
-all on the same RoCEv2-like transport. Each seed changes the source ports
+port per flow), ``spray`` and ``adaptive`` (a new source port per packet;
+by default recycling the ports whose packets the receiver saw arrive without
+queueing, ``--spray-entropy packet`` takes them in turn), all on the same
+RoCEv2-like transport. Each seed changes the source ports
 (hence every ECMP hash) and the ring's placement.
 
 Published anchors: ECMP reaches about 60-68 % of line rate, spraying 90 %
@@ -55,7 +57,7 @@ RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-
 
 
 TAKES_CONTROLLER_APP = True  # `fabric run collisions --controller-app` adds a policy
-TAKES_SPRAY_ENTROPY = True   # `--spray-entropy recycle`: spraying senders recycle ports
+TAKES_SPRAY_ENTROPY = True   # `--spray-entropy packet`: spraying senders take ports in turn
 
 
 def app_policy(spec: str) -> str:

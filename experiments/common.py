@@ -61,7 +61,7 @@ class RunContext:
     tcp_cc: str = "cubic"    # the emulated hosts' TCP congestion control
     controller_app: str | None = None  # your own app, run as one more policy
     app_entropy: str = "flow"          # what the senders do under it: flow, packet, recycle
-    spray_entropy: str = "packet"      # how spraying senders pick ports: packet or recycle
+    spray_entropy: str = "recycle"     # how spraying senders pick ports: recycle or packet
     capture: CaptureSpec | None = None  # --pcap: captures of every run
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 

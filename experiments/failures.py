@@ -59,7 +59,7 @@ from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "failures"
-TAKES_SPRAY_ENTROPY = True   # `--spray-entropy recycle`: spraying senders recycle ports
+TAKES_SPRAY_ENTROPY = True   # `--spray-entropy packet`: spraying senders take ports in turn
 QUESTION = "Which routing policy keeps a collective running when a link fails, flaps or slows?"
 POLICIES = ("ecmp", "spray", "adaptive")
 SCENARIOS = ("healthy", "link-down", "degraded", "flapping", "spine-down")

@@ -236,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                      host_mbps=args.host_mbps, cc=args.cc, tcp_cc=args.tcp_cc,
                      controller_app=args.controller_app,
                      app_entropy=args.app_entropy or "flow",
-                     spray_entropy=args.spray_entropy or "packet")
+                     spray_entropy=args.spray_entropy or "recycle")
     try:
         module.check(ctx)  # the experiment can run on this topology
     except ValueError as exc:
@@ -522,8 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "that did not queue")
     run.add_argument("--spray-entropy", choices=SPRAYING, default=None,
                      help="collisions, failures: how the spray and adaptive senders pick "
-                          "source ports: the next one per packet (default) or recycling the "
-                          "ones echoed as uncongested (REPS)")
+                          "source ports: recycling the ones echoed as uncongested (REPS, "
+                          "default) or simply the next one per packet")
     _pcap_args(run, "of every run, one subdirectory per run", "the fabric's first endpoint")
     run.set_defaults(func=cmd_run)
 
