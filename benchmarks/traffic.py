@@ -9,7 +9,8 @@ Prints, per fabric:
   fabric) at increasing host rates, sprayed packet by packet over all paths
   (roce, the default) so that every link carries full load, or as TCP
   flows under ECMP; with the fidelity checks (OVS input delay, hidden
-  drops, machine CPU) and the agents' CPU per flow. Rates beyond the
+  drops, machine CPU), the agents' CPU per flow and how late their event
+  loops woke for their timers (a loop that waits for a core wakes late). Rates beyond the
   forwarding budget of ``fabric/emulation/capacity.py`` are run too (marked): this
   is how that budget is calibrated.
 
@@ -21,12 +22,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 
 import topologies
 from fabric.emulation import Emulation, EmulationOptions
-from fabric.emulation.capacity import CapacityError
+from fabric.emulation.capacity import FULL_PACKET_BITS, CapacityError
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.model import graph as fg
 from fabric.traffic.metrics import jain_fairness
@@ -85,6 +87,7 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
     flows = sum(goodputs(result))  # each flow's bytes over its own completion time
     checks = {c.name: c for c in result.fidelity}
     cpu = sum(a.get("cpu_s", 0) for a in result.agents.values()) / (end - start) / len(rows)
+    late = [a["wake_late"] for a in result.agents.values() if a.get("wake_late")]
     verdict = "ok" if all(c.ok for c in checks.values()) else "FAILED"
     print(f"  {rate:5.1f} Mbit/s{beyond} x {len(rows)} flows: sum of flow goodputs {flows:6.1f} Mbit/s "
           f"({flows / rate / len(rows):5.1%} of offered), "
@@ -92,6 +95,13 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
           f"machine CPU {checks['machine_cpu'].value:.0%}, hidden drops "
           f"{checks['hidden_socket_drops'].value}, agent CPU {cpu:.1%} of a core per flow, "
           f"fidelity {verdict}")
+    if late:
+        print(f"      agents' timer wake-ups late by (median over agents) p50 "
+              f"{statistics.median(w['p50_ms'] for w in late):.2f} ms, p99 "
+              f"{statistics.median(w['p99_ms'] for w in late):.2f} ms; worst agent p99 "
+              f"{max(w['p99_ms'] for w in late):.2f} ms, longest stall "
+              f"{max(w['max_ms'] for w in late):.1f} ms (a packet takes "
+              f"{FULL_PACKET_BITS / (rate * 1e3):.1f} ms)")
 
 
 def main() -> None:

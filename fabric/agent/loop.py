@@ -51,6 +51,8 @@ class EventLoop:
         self._seq = itertools.count()
         self._services: list[Callable[[float], float | None]] = [service] if service else []
         self._stopped = False
+        # seconds each wake-up that a timer or service asked for came after its time
+        self.wake_late_s: list[float] = []
 
     # -- registration ------------------------------------------------------------------
     def add_service(self, service: Callable[[float], float | None]) -> None:
@@ -112,7 +114,11 @@ class EventLoop:
         if self._timers and self._timers[0][0] < wake:
             wake = self._timers[0][0]
         timeout = max(0.0, wake - time.monotonic())
-        for key, mask in self.selector.select(timeout):
+        events = self.selector.select(timeout)
+        woke = time.monotonic()
+        if woke >= wake and wake < now + max_wait:  # a deadline, not the idle cap
+            self.wake_late_s.append(woke - wake)
+        for key, mask in events:
             key.data(mask)
             if self._stopped:
                 return
@@ -134,3 +140,18 @@ class EventLoop:
             except OSError:
                 pass
         self.selector.close()
+
+
+def lateness_summary(late_s: list[float]) -> dict[str, float]:
+    """``{"n", "p50_ms", "p99_ms", "max_ms"}`` of wake-up lateness samples (seconds);
+    empty without samples. A loop whose host has a core free wakes within the
+    selector's resolution (1 ms for epoll); more means it waited for a CPU."""
+    if not late_s:
+        return {}
+    ordered = sorted(late_s)
+
+    def quantile(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3, 3)
+
+    return {"n": len(ordered), "p50_ms": quantile(0.5), "p99_ms": quantile(0.99),
+            "max_ms": round(ordered[-1] * 1e3, 3)}

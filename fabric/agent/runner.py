@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.agent import addressing, netstat
-from fabric.agent.loop import EventLoop
+from fabric.agent.loop import EventLoop, lateness_summary
 from fabric.agent.records import RECV, SEND, TransferRecord
 from fabric.agent.roce import RoceConfig, RoceEngine, qpn_for
 from fabric.agent.tcp import TcpConfig, TcpEngine
@@ -308,7 +308,8 @@ class Agent:
                 "errors": errors, "warnings": warnings, "ok": self.succeeded,
                 "started_at": self.started_at, "finished_at": self.finished_at,
                 "start_at": self.start_at,
-                "cpu_s": round(cpu, 4)}
+                "cpu_s": round(cpu, 4),
+                "wake_late": lateness_summary(self.loop.wake_late_s)}
 
 
 def _raise_terminated(signum: int, _frame: Any) -> None:
