@@ -14,7 +14,14 @@ packets wait less than 1 ms on average in ovs-vswitchd's receive sockets.
 On a 2-core VM the default rail-clos (48 ports) held that at 3 Mbit/s per
 host (~12 k packet-hops/s: 0.28-0.80 ms over 8 runs), was marginal at 3.5
 (0.35-1.17 ms) and 4.5 (0.6-2.3 ms) and failed at 6 (1.3-1.6 ms); the
-budget keeps rail-clos at 3 Mbit/s.
+budget keeps rail-clos at 3 Mbit/s. A TCP permutation under per-flow ECMP
+seemed to carry twice as much, but its hash collisions left links idle, so
+it never offered the full load. Loss-based ceilings (up to ~120 k
+packet-hops/s in DESIGN.md) overstate what is faithful by far more: OVS
+delays packets by milliseconds long before it drops any. One thread
+forwards whatever the port count (DESIGN.md saw no per-port cost from 48
+to 640 ports), so the budget is flat: ``USERSPACE_BUDGET_PKT_HOPS``
+full-size packet-hops per second, up to ``MAX_USERSPACE_PORTS`` ports.
 
 Since the forwarding thread runs at real-time priority (see
 :mod:`fabric.emulation.ovs`) the switches keep up with about twice that
@@ -26,14 +33,8 @@ the machine is 84-89 % busy, the agents' event loops wake 2-6 ms late at
 the 99th percentile and up to 110 ms in the worst stall, and the quick
 collisions stride loses 0.02-0.04 of its efficiency against its ideal
 (spray 0.93-0.95 against 0.97-0.98 at 3 Mbit/s) and has retransmission
-timeouts (1-5 per policy against none). Raising it waits for cheaper agents. A TCP permutation under per-flow ECMP
-seemed to carry twice as much, but its hash collisions left links idle, so
-it never offered the full load. Loss-based ceilings (up to ~120 k
-packet-hops/s in DESIGN.md) overstate what is faithful by far more: OVS
-delays packets by milliseconds long before it drops any. One thread
-forwards whatever the port count (DESIGN.md saw no per-port cost from 48
-to 640 ports), so the budget is flat: ``USERSPACE_BUDGET_PKT_HOPS``
-full-size packet-hops per second, up to ``MAX_USERSPACE_PORTS`` ports.
+timeouts (1-5 per policy against none). Raising it waits for cheaper
+agents.
 """
 
 from __future__ import annotations

@@ -188,11 +188,12 @@ def prioritize_forwarding(pid: int) -> list[str]:
     return []
 
 
-def restart_vswitchd(timeout_s: float = 10.0) -> None:
+def restart_vswitchd(timeout_s: float = 10.0) -> list[str]:
     """Stop and start ovs-vswitchd (bridges persist in ovsdb and come back).
 
     Used to test that a fabric survives a switch restart; must run while an
-    emulation holds the socket-buffer sysctls raised.
+    emulation holds the socket-buffer sysctls raised. Returns fidelity
+    warnings, as :func:`ensure_running` does.
     """
     pid = _daemon_pid("ovs-vswitchd")
     if pid is not None:
@@ -200,7 +201,7 @@ def restart_vswitchd(timeout_s: float = 10.0) -> None:
         deadline = time.monotonic() + timeout_s
         while system.pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-    prioritize_forwarding(_start_vswitchd_with_wmem())
+    return prioritize_forwarding(_start_vswitchd_with_wmem())
 
 
 def _marker_pid() -> int | None:
