@@ -25,16 +25,16 @@ full-size packet-hops per second, up to ``MAX_USERSPACE_PORTS`` ports.
 
 Since the forwarding thread runs at real-time priority (see
 :mod:`fabric.emulation.ovs`) the switches keep up with about twice that
-(2 runs per rate): rail-clos 0.32-0.38 ms at 3 Mbit/s, 0.60-0.71 at 4.5,
-0.60-0.77 at 6, 0.59-0.84 at 7.5, 0.56-1.35 at 9; the k=4 fat-tree
-0.57-0.68 at 3 (twice its budget rate) and 0.67-1.39 at 4.5. The budget
-stays where it was because the hosts' agents give out first: at 6 Mbit/s
-the machine is 84-89 % busy, the agents' event loops wake 2-6 ms late at
-the 99th percentile and up to 110 ms in the worst stall, and the quick
-collisions stride loses 0.02-0.04 of its efficiency against its ideal
-(spray 0.93-0.95 against 0.97-0.98 at 3 Mbit/s) and has retransmission
-timeouts (1-5 per policy against none). Raising it waits for cheaper
-agents.
+(2-4 runs per rate): rail-clos 0.32-0.57 ms at 3 Mbit/s, 0.60-0.93 at 6,
+0.56-1.36 at 9 (back to back without the priority: 0.45-0.47, 1.70-1.95
+and 2.21-2.72); the k=4 fat-tree 0.57-0.68 at 3 (twice its budget rate)
+and 0.67-1.39 at 4.5. The budget stays where it was because the hosts'
+agents give out first, and wait behind that thread: at 6 Mbit/s the
+machine is 84-90 % busy, the agents' event loops stall for up to 36-155
+ms, and the quick collisions stride loses 0.02-0.04 of its efficiency
+against its ideal (spray 0.93-0.95 against 0.97-0.98 at 3 Mbit/s) and
+has retransmission timeouts (1-5 per policy against none). Raising it
+waits for cheaper agents.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ CPU time, is what held the forwarding budget down. So the main thread runs
 ``SCHED_FIFO`` (a real switch forwards whatever its host is doing), with
 reset-on-fork so its handler and revalidator threads stay ordinary. It
 blocks in ``poll`` when idle, and the kernel's real-time throttling keeps
-5 % of every core for everyone else in any case.
+5 % of every core for everyone else in any case. The agents now wait
+behind it instead: their worst timer stalls grow (see
+:mod:`fabric.emulation.capacity`).
 """
 
 from __future__ import annotations
