@@ -7,9 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# iperf (2): the Mininet CLI's iperf command runs it.
+# iperf (2): the Mininet CLI's iperf command runs it. clang and the kernel headers build the
+# switches' ECN marker (a BPF filter, fabric/emulation/ecn_marker.bpf.c).
 APT_PACKAGES=(mininet openvswitch-switch iperf3 iperf ethtool iputils-ping tcpdump iproute2
-              python3-venv python3-pip)
+              python3-venv python3-pip clang linux-libc-dev)
 SYS_PYTHON=/usr/bin/python3
 VENV=.venv
 

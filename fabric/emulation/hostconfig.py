@@ -9,14 +9,20 @@ Where each link direction is shaped:
   carries the link's HTB tree and buffer. Drops there are counted exactly,
   whereas on an OVS egress tc undercounts them several-fold (userspace OVS
   discards the rest of a send batch when the qdisc refuses a packet).
+
+The switch queues (switch ports towards switches, and the IFBs) can also
+mark ECN (:mod:`fabric.emulation.ecn`).
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
+from pathlib import Path
 
 import networkx as nx
 
+from fabric.emulation.ecn import marker_line
 from fabric.emulation.shaping import shape_lines
 from fabric.model import graph as fg
 from fabric.model.lanes import LaneConfig
@@ -78,17 +84,40 @@ def endpoint_tc_batch(graph: nx.Graph, endpoint: str, link_mbps: dict[frozenset,
     return "".join(line + "\n" for line in lines)
 
 
+def endpoint_marker_batch(graph: nx.Graph, endpoint: str, link_mbps: dict[frozenset, float],
+                          markers: Mapping[float, Path]) -> str:
+    """``tc -batch`` lines that put ECN markers (link rate -> compiled marker) on an
+    endpoint's IFBs, after :func:`endpoint_tc_batch`.
+
+    An IFB is the switch's queue into the endpoint; the NIC's own egress is
+    never marked. tc must run them in the endpoint's network namespace but the
+    root's mount namespace: loading BPF needs the bpf filesystem, which a
+    Mininet host's own /sys hides.
+    """
+    lines = []
+    for nic in graph.nodes[endpoint]["nics"]:
+        switch = next(n for n in graph.neighbors(endpoint)
+                      if fg.port(graph, endpoint, n) == nic["port"])
+        lines.append(marker_line(ifb_name(endpoint, nic["port"]),
+                                 markers[link_mbps[frozenset((endpoint, switch))]]))
+    return "".join(line + "\n" for line in lines)
+
+
 def switch_tc_batch(graph: nx.Graph, switch: str, link_mbps: dict[frozenset, float],
-                    queue_pkts: int, lanes: LaneConfig) -> str:
+                    queue_pkts: int, lanes: LaneConfig,
+                    markers: Mapping[float, Path] | None = None) -> str:
     """``tc -batch`` lines for a switch's ports towards other switches.
 
     Ports towards endpoints stay unshaped: those links are shaped at the
-    endpoint's IFB.
+    endpoint's IFB. ``markers`` (link rate -> compiled ECN marker) marks them.
     """
     lines = []
     for nbr in graph.neighbors(switch):
         if fg.is_endpoint(graph, nbr):
             continue
         dev = fg.intf_name(switch, fg.port(graph, switch, nbr))
-        lines += shape_lines(dev, link_mbps[frozenset((switch, nbr))], queue_pkts, lanes)
+        mbps = link_mbps[frozenset((switch, nbr))]
+        lines += shape_lines(dev, mbps, queue_pkts, lanes)
+        if markers:
+            lines.append(marker_line(dev, markers[mbps]))
     return "".join(line + "\n" for line in lines)

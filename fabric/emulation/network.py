@@ -25,7 +25,8 @@ from typing import Any, Iterable, Iterator
 
 import networkx as nx
 
-from fabric.emulation import capacity, hostconfig, mnclasses, ovs, runstate, shaping, system
+from fabric.emulation import capacity, ecn, hostconfig, mnclasses, ovs, runstate, shaping, system
+from fabric.emulation.ecn import EcnMarking
 from fabric.model import graph as fg
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
@@ -88,6 +89,7 @@ class EmulationOptions:
     tcp_cc: str = "cubic"  # TCP congestion control of every emulated host
     controller_app: str | None = None  # your own os-ken app, MODULE:CLASS or app.py:CLASS
     remote_controller: str | None = None  # remote:HOST:PORT, already running, on loopback
+    ecn: EcnMarking | None = EcnMarking()  # marking on switch queues; None: none
 
 
 @dataclass
@@ -128,6 +130,7 @@ class Emulation:
         self.workdir: Path | None = None
         self._controller: subprocess.Popen | None = None
         self._made: runstate.RunState | None = None  # kept after stop, to verify
+        self._markers: dict[float, Path] = {}  # link rate -> compiled ECN marker
 
     def __enter__(self) -> "Emulation":
         self.start()
@@ -171,19 +174,31 @@ class Emulation:
             raise EmulationError(f"link rate must be {capacity.MIN_SHAPED_MBPS}.."
                                  f"{capacity.MAX_SHAPED_MBPS:g} Mbit/s, got {mbps}")
         lanes = self.options.lanes
+        marker = None
+        if self.options.ecn:
+            try:
+                marker = ecn.marker_object(mbps, self.options.queue_pkts, self.options.ecn)
+            except ecn.MarkerError as exc:
+                raise EmulationError(str(exc)) from None
         for node, other in ((a, b), (b, a)):
             port_no = fg.port(self.graph, node, other)
             if fg.is_endpoint(self.graph, node):  # NIC egress and, for the way in, its IFB
-                lines = [line for dev in (fg.intf_name(node, port_no),
-                                          hostconfig.ifb_name(node, port_no))
+                ifb = hostconfig.ifb_name(node, port_no)
+                lines = [line for dev in (fg.intf_name(node, port_no), ifb)
                          for line in shaping.rate_change_lines(dev, mbps, lanes)]
+                if marker:
+                    lines.append(ecn.marker_line(ifb, marker, replace=True))
                 batch = self.workdir / f"{node}-rate.tc"
                 batch.write_text("".join(line + "\n" for line in lines))
-                out = self.host(node).cmd(f"tc -batch {batch}")
-                if out.strip():
-                    raise EmulationError(f"{node}: changing the rate failed: {out.strip()}")
+                try:
+                    self._tc_in_root_mounts(node, batch)
+                except system.HostSetupError as exc:
+                    raise EmulationError(f"{node}: changing the rate failed: {exc}") from None
             elif not fg.is_endpoint(self.graph, other):  # ports into endpoints: shaped there
-                lines = shaping.rate_change_lines(fg.intf_name(node, port_no), mbps, lanes)
+                dev = fg.intf_name(node, port_no)
+                lines = shaping.rate_change_lines(dev, mbps, lanes)
+                if marker:
+                    lines.append(ecn.marker_line(dev, marker, replace=True))
                 system.run(["tc", "-batch", "-"],
                            input_text="".join(line + "\n" for line in lines))
         self.report.rate_plan.link_mbps[frozenset((a, b))] = mbps
@@ -264,6 +279,14 @@ class Emulation:
             self.graph, self.options.host_mbps, datapath, self.options.busy_links,
             self.options.enforce_budget)
         system.preflight()
+        if self.options.ecn:
+            # built now: a missing compiler must fail before anything changes
+            try:
+                self._markers = {mbps: ecn.marker_object(mbps, self.options.queue_pkts,
+                                                         self.options.ecn)
+                                 for mbps in set(self.report.rate_plan.link_mbps.values())}
+            except ecn.MarkerError as exc:
+                raise EmulationError(str(exc)) from None
         if self.options.policy not in POLICIES:
             raise EmulationError(f"unknown routing policy {self.options.policy!r} "
                                  f"(known: {', '.join(POLICIES)})")
@@ -387,7 +410,8 @@ class Emulation:
                  self.options.tcp_cc, *devs],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         root_tc = self.workdir / "switches.tc"
-        root_tc.write_text("".join(hostconfig.switch_tc_batch(self.graph, sw, *shaping_args)
+        root_tc.write_text("".join(hostconfig.switch_tc_batch(self.graph, sw, *shaping_args,
+                                                              self._markers)
                                    for sw in fg.switches(self.graph)))
         system.run(["tc", "-batch", str(root_tc)], timeout=60)
         system.run(["sh", "-ec", OFFLOADS_OFF_SCRIPT, "sh", *self.state.root_intfs], timeout=60)
@@ -395,7 +419,18 @@ class Emulation:
             out, _ = proc.communicate(timeout=60)
             if proc.returncode != 0:
                 raise EmulationError(f"configuring host {ep} failed: {out.decode().strip()}")
+            if self._markers:
+                marker_file = self.workdir / f"{ep}-ecn.tc"
+                marker_file.write_text(hostconfig.endpoint_marker_batch(
+                    self.graph, ep, self.report.rate_plan.link_mbps, self._markers))
+                self._tc_in_root_mounts(ep, marker_file)
             self._describe_nics(ep)
+
+    def _tc_in_root_mounts(self, endpoint: str, batch: Path) -> None:
+        """Run a ``tc -batch`` file in ``endpoint``'s network namespace with this
+        process's mounts (BPF loading needs the bpf filesystem)."""
+        system.run(["nsenter", "-t", str(self.host(endpoint).pid), "-n",
+                    "tc", "-batch", str(batch)], timeout=60)
 
     def _describe_nics(self, endpoint: str) -> None:
         """Tell Mininet's interface objects the addresses the host batch gave them, so

@@ -7,7 +7,9 @@ its 32-packet send batch whatever its class (DESIGN.md section 3). Netem is
 not used: this kernel has none.
 
 Lane ``i`` (see :mod:`fabric.model.lanes`) is class ``1:(i+1)`` under a parent
-class at the link rate; u32 filters on the DSCP bits classify packets.
+class at the link rate; u32 filters on the DSCP bits classify packets. A queue
+that marks ECN has its marker (:mod:`fabric.emulation.ecn`) as the first
+filter; it never classifies.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fabric.model.lanes import SINGLE_LANE, LaneConfig
 DEFAULT_QUEUE_PKTS = 64
 LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
 MTU_BYTES = 1514
+LANE_FILTER_PRIO = 2  # after an ECN marker's filter (priority 1)
 # HTB warns above 200000 bytes of quantum and needs at least one MTU.
 _MAX_QUANTUM = 200_000
 
@@ -59,14 +62,13 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
             f"qdisc add dev {dev} parent 1:{i + 1:x} handle {i + 10:x}: "
             f"pfifo_head_drop limit {queue_pkts}",
         ]
-        lines += [f"filter add dev {dev} parent 1: protocol ip prio 1 u32 "
+        lines += [f"filter add dev {dev} parent 1: protocol ip prio {LANE_FILTER_PRIO} u32 "
                   f"match ip dsfield 0x{dscp << 2:02x} 0xfc flowid 1:{i + 1:x}"
                   for dscp in lane.dscp]
     return lines
 
 
-def rate_change_lines(dev: str, rate_mbps: float, lanes: LaneConfig = SINGLE_LANE
-                      ) -> list[str]:
+def rate_change_lines(dev: str, rate_mbps: float, lanes: LaneConfig = SINGLE_LANE) -> list[str]:
     """``tc -batch`` lines that move ``dev``'s shaping (from :func:`shape_lines`, same
     lanes) to ``rate_mbps``, in place: queued packets and counters stay."""
     link = _kbit(rate_mbps)

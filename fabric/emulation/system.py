@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 REQUIRED_TOOLS = ("ovs-vsctl", "ovs-ofctl", "ovs-vswitchd", "ovsdb-server", "ip", "tc",
-                  "ethtool", "mnexec", "ping")
+                  "ethtool", "mnexec", "nsenter", "ping")
 
 
 class HostSetupError(RuntimeError):
