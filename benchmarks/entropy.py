@@ -15,7 +15,7 @@ the switches made, and the OVS input delay (the fidelity check, at most
 Usage::
 
     sudo .venv/bin/python benchmarks/entropy.py [--pools 64,256,1024] [--seeds 3]
-        [--entropy packet,recycle] [--cc swift|loss]
+        [--entropy packet,recycle] [--cc swift|dcqcn|loss]
 """
 
 from __future__ import annotations

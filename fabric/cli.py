@@ -486,8 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="roce: one UDP source port per flow, a new one per packet, or "
                               "per packet recycling the ports that did not queue (REPS)")
     traffic.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift",
-                         help="roce: congestion control, delay-based swift or loss-based "
-                              "AIMD (default: swift)")
+                         help="roce: congestion control, delay-based swift, ECN-driven "
+                              "dcqcn or loss-based AIMD (default: swift)")
     traffic.add_argument("--deadline", type=argtypes.positive_number(), default=120.0,
                          help="seconds")
     _pcap_args(traffic, "while the traffic runs", "the first endpoint of the pattern")

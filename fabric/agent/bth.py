@@ -2,7 +2,8 @@
 
 A data packet is ``UDP(dport=4791) / BTH / payload (+pad to 4 bytes) / ICRC``
 with an RC SEND opcode (FIRST, MIDDLE, LAST or ONLY). An acknowledgement is
-``BTH(ACKNOWLEDGE) / AETH / AckExt / SACK bitmap / ICRC``. These decode with
+``BTH(ACKNOWLEDGE) / AETH / AckExt / SACK bitmap / ICRC``; a congestion
+notification (``dcqcn``) is ``BTH(CNP) / 16 reserved bytes / ICRC``. These decode with
 ``scapy.contrib.roce.BTH`` (and Wireshark's RoCEv2 dissector) as RoCE.
 
 The ICRC is written as zero: it covers the IP identification the kernel
@@ -47,6 +48,8 @@ SEND_MIDDLE = 0x01
 SEND_LAST = 0x02
 SEND_ONLY = 0x04
 ACKNOWLEDGE = 0x11
+CNP = 0x81  # RoCEv2 congestion notification (CNP opcode, annex A17)
+CNP_RESERVED = 16  # zero bytes after a CNP's BTH
 DATA_OPCODES = frozenset((SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_ONLY))
 
 # AETH syndrome: bits 7:5 = 000 (ACK), bits 4:0 = 0x1F (no end-to-end credit).
@@ -163,6 +166,13 @@ def ack_packet(dqpn: int, cum: int, msn: int, kind: int, trigger_psn: int, dupli
                         out_of_order & 0xFFFFFFFF, min(max(owd_us, 0), 0xFFFFFFFF))
     ports = struct.pack(f"!{len(echo)}H", *echo) if echo else b""
     return bytes(buf) + bitmap + ports + ICRC
+
+
+def cnp_packet(dqpn: int) -> bytes:
+    """A congestion notification for queue pair ``dqpn`` (BTH, 16 reserved bytes, ICRC)."""
+    buf = bytearray(BTH_LEN)
+    pack_bth_into(buf, CNP, dqpn, 0)
+    return bytes(buf) + bytes(CNP_RESERVED) + ICRC
 
 
 def parse_ack(data: bytes | bytearray | memoryview) -> Ack:

@@ -22,6 +22,19 @@ per-RTT gate of loss cuts and their undo stay with the queue pair
     ``hop_allowance`` per link of the path, so the target scales with hop
     count. Below one packet the window becomes a pacing gap (``rtt / cwnd``
     between packets).
+``dcqcn``
+    Rate-based, ECN-driven, after DCQCN (Zhu et al., SIGCOMM 2015). Switch
+    queues mark ECN-capable packets CE (:mod:`fabric.emulation.ecn`); the
+    receiver answers a marked packet with a CNP, at most one per interval and
+    queue pair; the sender paces at its current rate ``Rc``. A CNP sets the
+    target ``Rt = Rc``, cuts ``Rc *= 1 - alpha / 2`` and raises
+    ``alpha = (1 - g) alpha + g``; every ``alpha_timer`` without a CNP decays
+    ``alpha *= 1 - g``. Rate increase events come from a timer and a byte
+    counter: while both counted fewer than ``fast_recovery`` events since the
+    cut, ``Rc = (Rt + Rc) / 2`` (fast recovery); once one of them passed it,
+    ``Rt`` also grows by ``ai`` (additive increase), once both did, by ``hai``
+    times how far past (hyper increase). There is no window: loss is repaired
+    by retransmission and does not cut the rate (a RoCE fabric relies on PFC).
 """
 
 from __future__ import annotations
@@ -126,12 +139,138 @@ class SwiftControl:
         return max(cwnd * (1 - self.params.max_mdf), self.params.min_cwnd)
 
 
-def make_control(algorithm: str, packet_time: float, max_cwnd: float, hops: int = 0
-                 ) -> LossControl | SwiftControl:
+@dataclass(frozen=True)
+class DcqcnParams:
+    """DCQCN's tunables: timers and counters in packet times and packets at the
+    emulated host rate, rates as fractions of it.
+
+    DCQCN's published values (40 Gbit/s: K = T = 55 us, B = 10 MB, g = 1/256,
+    R_AI = 40 Mbit/s, R_HAI = 200 Mbit/s) are ~180 packet times, ~6700 packets,
+    0.1 % and 0.5 % of the line rate. Here an RTT is 5-10 packet times, not
+    30-60, and a message a few thousand packets, not millions: the timers are
+    shorter by about that ratio, the byte counter is 32 packets, and the
+    increase steps are 20 and 10 times larger, so that a flow recovers from a
+    cut within its message; ``g`` is as published. Chosen for utilisation
+    against losses on a bottleneck shared by 2, 4 and 8 senders.
+    """
+
+    g: float = 1 / 256            # alpha's gain (as published)
+    alpha_timer: float = 24.0     # packet times without a CNP per alpha decay (K)
+    increase_timer: float = 24.0  # packet times per timer increase event (T)
+    byte_counter: float = 32.0    # full-size packets sent per byte-counter event (B)
+    fast_recovery: int = 5        # events of fast recovery after a cut (F)
+    ai: float = 0.02              # additive increase of Rt, fraction of line rate
+    hai: float = 0.05             # hyper increase step, fraction of line rate
+    min_rate: float = 0.01        # floor of Rc, fraction of line rate
+    max_events: int = 256         # timer events caught up at once after idling
+
+
+class DcqcnControl:
+    """ECN-driven rate control (see the module docstring).
+
+    Parameters
+    ----------
+    packet_time : float
+        Seconds one full-size data packet takes at the emulated host rate.
+    line_rate : float
+        Emulated host rate, bytes per second (also the start rate).
+    max_cwnd : float
+        The queue pair's outstanding limit, packets (never moved).
+    now : float
+        Monotonic time the timers start from.
+    params : DcqcnParams
+        Tunables.
+    """
+
+    name = "dcqcn"
+
+    def __init__(self, packet_time: float, line_rate: float, max_cwnd: float, now: float,
+                 params: DcqcnParams = DcqcnParams()) -> None:
+        if packet_time <= 0 or line_rate <= 0:
+            raise ValueError("packet_time and line_rate must be > 0")
+        self.params = params
+        self.line_rate = line_rate
+        self.max_cwnd = max_cwnd
+        self.alpha_period = params.alpha_timer * packet_time
+        self.increase_period = params.increase_timer * packet_time
+        self.byte_period = params.byte_counter * packet_time * line_rate
+        self.rate = line_rate            # Rc, bytes/s
+        self.target = line_rate          # Rt
+        self.alpha = 1.0
+        self.alpha_since = now           # start of the running alpha period
+        self.increase_since = now        # start of the running increase period
+        self.sent_since = 0.0            # bytes towards the next byte-counter event
+        self.timer_events = 0            # since the last cut (T)
+        self.byte_events = 0             # since the last cut (BC)
+
+    def on_cnp(self, now: float) -> None:
+        """A congestion notification: cut the rate, raise alpha, restart the counters."""
+        self.advance(now)
+        p = self.params
+        self.target = self.rate
+        self.rate = max(self.rate * (1 - self.alpha / 2), p.min_rate * self.line_rate)
+        self.alpha = (1 - p.g) * self.alpha + p.g
+        self.alpha_since = self.increase_since = now
+        self.sent_since = 0.0
+        self.timer_events = self.byte_events = 0
+
+    def on_send(self, wire_bytes: int, now: float) -> float:
+        """Count a packet against the byte counter; return the pacing gap after it."""
+        self.advance(now)
+        self.sent_since += wire_bytes
+        while self.sent_since >= self.byte_period:
+            self.sent_since -= self.byte_period
+            self.byte_events += 1
+            self._increase()
+        return wire_bytes / self.rate
+
+    def advance(self, now: float) -> None:
+        """Run the alpha and increase timers up to ``now`` (lazily: no wakeups)."""
+        p = self.params
+        periods = int((now - self.alpha_since) / self.alpha_period)
+        if periods > 0:
+            self.alpha *= (1 - p.g) ** periods
+            self.alpha_since += periods * self.alpha_period
+        periods = int((now - self.increase_since) / self.increase_period)
+        if periods > 0:
+            for _ in range(min(periods, p.max_events)):
+                self.timer_events += 1
+                self._increase()
+            self.increase_since += periods * self.increase_period
+
+    def _increase(self) -> None:
+        p = self.params
+        fewer, more = sorted((self.timer_events, self.byte_events))
+        if more > p.fast_recovery:
+            if fewer > p.fast_recovery:
+                self.target += (fewer - p.fast_recovery) * p.hai * self.line_rate
+            else:
+                self.target += p.ai * self.line_rate
+            self.target = min(self.target, self.line_rate)
+        self.rate = min((self.target + self.rate) / 2, self.line_rate)
+
+    def on_ack(self, cwnd: float, newly: int, delay: float | None, now: float,
+               rtt: float) -> float:
+        """No window: the outstanding limit stays."""
+        return self.max_cwnd
+
+    def on_loss(self, cwnd: float) -> float:
+        """Loss does not cut a DCQCN sender (retransmission repairs it)."""
+        return cwnd
+
+
+Control = LossControl | SwiftControl | DcqcnControl
+
+
+def make_control(algorithm: str, packet_time: float, max_cwnd: float, hops: int = 0,
+                 line_rate: float = 0.0, now: float = 0.0) -> Control:
     """The controller named ``algorithm`` (one of :data:`ALGORITHMS`) for a flow over
-    ``hops`` links."""
+    ``hops`` links; a rate-based one starts at ``line_rate`` (bytes/s, as its
+    sender counts them) and monotonic time ``now``."""
     if algorithm == "swift":
         return SwiftControl(packet_time, max_cwnd, hops)
     if algorithm == "loss":
         return LossControl(max_cwnd)
+    if algorithm == "dcqcn":
+        return DcqcnControl(packet_time, line_rate, max_cwnd, now)
     raise ValueError(f"congestion control must be one of {ALGORITHMS}, got {algorithm!r}")

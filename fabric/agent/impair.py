@@ -7,7 +7,8 @@ own per client port, bound to that same port number where it is free (so
 ACKs find their way back to the exact port the data came from, as the agent
 expects, and the receiver sees the sender's source ports), and relays the answers back from its
 listening port. Each direction drops a fraction of datagrams and holds back
-another fraction by a random delay, which reorders them behind later ones.
+another fraction by a random delay, which reorders them behind later ones,
+and can forward a fraction marked CE, as a congested ECN switch would.
 
 The proxy runs in one thread of the calling process; :meth:`stop` joins it.
 """
@@ -19,6 +20,7 @@ import itertools
 import random
 import selectors
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +33,9 @@ class Impairment:
     drop: float = 0.05          # probability of dropping
     hold: float = 0.5           # probability of delaying (reorders it)
     max_delay_s: float = 0.004  # delay is uniform in (0, max_delay_s]
+    mark: float = 0.0           # probability of forwarding it marked CE
+
+CE_TOS = 0b11  # the ECN field of a CE-marked packet (DSCP 0)
 
 
 @dataclass
@@ -38,9 +43,9 @@ class ProxyStats:
     """Datagrams seen, dropped and delayed, per direction."""
 
     forward: dict[str, int] = field(default_factory=lambda: {"in": 0, "dropped": 0,
-                                                              "held": 0})
+                                                              "held": 0, "marked": 0})
     backward: dict[str, int] = field(default_factory=lambda: {"in": 0, "dropped": 0,
-                                                               "held": 0})
+                                                               "held": 0, "marked": 0})
 
 
 class ImpairmentProxy:
@@ -74,7 +79,8 @@ class ImpairmentProxy:
         self._front: socket.socket | None = None
         self._upstream: dict[tuple[str, int], socket.socket] = {}
         self._client_of: dict[socket.socket, tuple[str, int]] = {}
-        self._heap: list[tuple[float, int, socket.socket, bytes, tuple[str, int] | None]] = []
+        self._heap: list[tuple[float, int, socket.socket, bytes, tuple[str, int] | None,
+                               int]] = []
         self._seq = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,20 +136,23 @@ class ImpairmentProxy:
         if self.rng.random() < how.drop:
             counts["dropped"] += 1
             return
+        tos = 0
+        if how.mark and self.rng.random() < how.mark:  # no draw unless marking: seeds stay
+            counts["marked"] += 1
+            tos = CE_TOS
         if self.rng.random() < how.hold:
             counts["held"] += 1
             when = time.monotonic() + self.rng.uniform(0, how.max_delay_s)
-            heapq.heappush(self._heap, (when, next(self._seq), sock, data, addr))
+            heapq.heappush(self._heap, (when, next(self._seq), sock, data, addr, tos))
             return
-        self._send(sock, data, addr)
+        self._send(sock, data, addr, tos)
 
     @staticmethod
-    def _send(sock: socket.socket, data: bytes, addr: tuple[str, int] | None) -> None:
+    def _send(sock: socket.socket, data: bytes, addr: tuple[str, int] | None,
+              tos: int = 0) -> None:
         try:
-            if addr is None:
-                sock.send(data)
-            else:
-                sock.sendto(data, addr)
+            ancillary = [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", tos))] if tos else []
+            sock.sendmsg([data], ancillary, 0, *([addr] if addr else []))
         except OSError:
             pass  # the receiver is gone; a lost datagram like any other
 
@@ -171,5 +180,5 @@ class ImpairmentProxy:
                                      key.data)
             now = time.monotonic()
             while self._heap and self._heap[0][0] <= now:
-                _, _, sock, data, addr = heapq.heappop(self._heap)
-                self._send(sock, data, addr)
+                _, _, sock, data, addr, tos = heapq.heappop(self._heap)
+                self._send(sock, data, addr, tos)

@@ -20,6 +20,12 @@ Sockets:
   connected to the receiver; ACKs are read on all of them, and they are
   closed when the transfer completes.
 
+With ``cc="dcqcn"`` data packets leave ECN-capable (ECT(0)), the listeners
+read each arrival's TOS byte, and a CE-marked arrival makes the receiver send
+a CNP back the way ACKs go (at most one per ``cnp_interval`` packet times and
+queue pair); the sender's ACK sockets hand CNPs to the queue pair's rate
+control.
+
 Per-packet work stays small: a data packet is a 12-byte ``struct.pack_into``
 into a preallocated zero buffer and one ``send``; an ACK carries a bitmap
 built with C-level byte operations.
@@ -50,6 +56,9 @@ from fabric.traffic.model import ROCE_PORT, TransportSpec
 _BTH = struct.Struct("!BBHII")
 _SEND_TIME = bth.SEND_TIME
 _WIRE_EXTRA = 14 + 20 + 8  # Ethernet + IPv4 + UDP, charged by the pacer
+ECT0 = 0b10  # ECN field of an ECN-capable packet
+CE = 0b11    # ... and of one a switch marked
+_TOS_ANCILLARY = socket.CMSG_SPACE(4)
 
 
 def _us(seconds: float | None) -> int | None:
@@ -88,6 +97,7 @@ class PacketTimes:
     min_reorder: float = 12.0  # floor of the loss detector's reordering allowance
     burst: float = 2.0        # pacer bucket depth (at least 2 packets)
     echo_excess: float = 2.0  # entropy recycling: queueing up to which a port is echoed
+    cnp_interval: float = 20.0  # dcqcn: shortest gap between a queue pair's CNPs
     # after the sender's CLOSE, a receiver still counts what was in flight, so that
     # sent minus received is exactly what the fabric lost
     close_linger: float = 64.0
@@ -162,6 +172,8 @@ class RoceEngine(Engine):
         rate = spec.rate_mbps or UNPLANNED_RATE_MBPS
         # one full-size data packet's time on the wire at the emulated host rate
         self.packet_time = (spec.mtu_payload + bth.DATA_OVERHEAD) * 8 / (rate * 1e6)
+        self.line_rate = rate * 1e6 / 8  # bytes/s, counted as the pacer counts them
+        self.ecn = spec.cc == "dcqcn"
         timers = config.timers
         self.qp_cc = replace(config.cc, min_rto_s=timers.min_rto * self.packet_time,
                              init_rto_s=timers.min_rto * self.packet_time,
@@ -217,6 +229,8 @@ class RoceEngine(Engine):
         """
         for address in self.addresses:
             sock = self._udp_socket(0)
+            if self.ecn:
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
             sock.bind((address, self.config.port))
             self.listeners[address] = sock
             self.loop.register(sock, 1, functools.partial(self._on_listener, sock))
@@ -239,7 +253,7 @@ class RoceEngine(Engine):
             return self.pools[pool_key]
         socks: list[socket.socket] = []
         for port in ports:
-            sock = self._udp_socket(t.dscp << 2)
+            sock = self._udp_socket(t.dscp << 2 | (ECT0 if self.ecn else 0))
             socks.append(sock)
             try:
                 sock.bind((record.src_ip, port))
@@ -272,7 +286,8 @@ class RoceEngine(Engine):
         """Expect the message of ``record`` (any time, even before start_at)."""
         qp = RecvQP(record.qpn, record.transfer.bytes, self.spec.mtu_payload,
                     self.config.ack_every, self.ack_delay_s,
-                    round(self.config.timers.echo_excess * self.packet_time * 1e6))
+                    round(self.config.timers.echo_excess * self.packet_time * 1e6),
+                    self.config.timers.cnp_interval * self.packet_time)
         self.receivers[record.qpn] = (record, qp)
 
     def prepare_send(self, record: TransferRecord) -> None:
@@ -299,7 +314,8 @@ class RoceEngine(Engine):
         connection = (record.src_ip, record.dst_ip, t.dscp, t.channel)
         kept = self._connections.get(connection)
         control = kept[0] if kept else make_control(self.spec.cc, self.packet_time,
-                                                     self.qp_cc.max_cwnd, t.hops)
+                                                     self.qp_cc.max_cwnd, t.hops,
+                                                     self.line_rate, time.monotonic())
         qp = SendQP(record.qpn, t.bytes, self.spec.mtu_payload, self.qp_cc, control)
         if kept:
             qp.cwnd, qp.srtt, qp.rttvar, qp.rto = kept[1:]
@@ -350,6 +366,9 @@ class RoceEngine(Engine):
                 continue
             except OSError:
                 return
+            if n >= bth.BTH_LEN and rx[0] == bth.CNP:
+                self._on_cnp(_BTH.unpack_from(rx)[3] & bth.PSN_MASK)
+                continue
             try:
                 ack = bth.parse_ack(view[:n])
             except ValueError:
@@ -364,6 +383,11 @@ class RoceEngine(Engine):
             qp.on_ack(ack, time.monotonic())
             if qp.done:
                 self._finish_send(sender)
+
+    def _on_cnp(self, qpn: int) -> None:
+        sender = self.senders.get(qpn)
+        if sender is not None and not sender.record.finished:
+            sender.qp.on_cnp(time.monotonic())
 
     def _finish_send(self, sender: _Sender) -> None:
         record, qp = sender.record, sender.qp
@@ -398,9 +422,16 @@ class RoceEngine(Engine):
     def _on_listener(self, sock: socket.socket, _mask: int) -> None:
         rx = self._rx
         receivers = self.receivers
+        ecn = self.ecn
+        ce = False
         for _ in range(256):
             try:
-                n, addr = sock.recvfrom_into(rx)
+                if ecn:
+                    n, ancillary, _, addr = sock.recvmsg_into([rx], _TOS_ANCILLARY)
+                    # IP_RECVTOS: one cmsg whose first byte is the TOS the packet arrived with
+                    ce = bool(ancillary) and ancillary[0][2][0] & CE == CE
+                else:
+                    n, addr = sock.recvfrom_into(rx)
             except BlockingIOError:
                 return
             except OSError:
@@ -433,6 +464,8 @@ class RoceEngine(Engine):
                     # the CPU to the sender, which would then finish "first"
                     record.end = time.time()
                     record.bytes = qp.bytes
+                if ce and qp.on_ce(now):
+                    self._send_control(qp, bth.cnp_packet(qp.qpn))
                 if urgent:
                     self._send_ack(qp)
                 elif qp.pending:
@@ -455,10 +488,13 @@ class RoceEngine(Engine):
 
     def _send_ack(self, qp: RecvQP) -> None:
         self._ack_pending.pop(qp.qpn, None)
+        self._send_control(qp, qp.make_ack())
+
+    def _send_control(self, qp: RecvQP, packet: bytes) -> None:
+        """Send an ACK or CNP of ``qp`` to the source of its latest data packet."""
         sock, addr, tos = self._reply[qp.qpn]
-        packet = qp.make_ack()
-        # an ACK leaves by the same NIC as data: it takes its bytes from the NIC's
-        # pacer, so data and ACKs together stay within the link rate
+        # it leaves by the same NIC as data: it takes its bytes from the NIC's
+        # pacer, so data and control packets together stay within the link rate
         self._pacer(sock.getsockname()[0], time.monotonic()).bucket.spend(
             len(packet) + _WIRE_EXTRA)
         try:
@@ -557,6 +593,8 @@ class RoceEngine(Engine):
                 reorder_mult=qp.reorder_mult, loss_cuts=qp.loss_cuts,
                 undone_cuts=qp.undone_cuts,
                 delay_cuts=getattr(qp.control, "decreases", None),
+                rate_final_mbps=(round(qp.control.rate * 8 / 1e6, 3) if qp.rate_paced
+                                 else None),
                 entropy_ports=sender.entropy.count, recycled_packets=sender.entropy.reused)
         for record, qp in self.receivers.values():
             record.bytes = qp.bytes

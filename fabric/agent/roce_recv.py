@@ -7,6 +7,9 @@ An ACK is due after every ``ack_every`` new packets, on a packet with the
 ACK-request bit, on a duplicate (the sender is missing an ACK), on
 completion, or ``ack_delay_s`` after the first unacknowledged arrival.
 
+A packet that arrives marked CE (``dcqcn``) makes a CNP due, at most one per
+``cnp_interval_s`` (DCQCN's notification point).
+
 A packet that asks for it (entropy recycling) has its UDP source port echoed
 in the next ACK when it arrived without queueing: its one-way delay at most
 ``echo_excess_us`` above the smallest this queue pair has seen.
@@ -39,12 +42,16 @@ class RecvQP:
     echo_excess_us : int
         Queueing (one-way delay above the smallest seen) up to which a
         packet's source port is echoed, when the packet asks for it.
+    cnp_interval_s : float
+        Shortest time between two CNPs.
     """
 
-    COUNTERS = ("packets_received", "out_of_order", "duplicates", "bad_packets", "acks_sent")
+    COUNTERS = ("packets_received", "out_of_order", "duplicates", "bad_packets", "acks_sent",
+                "ce_packets", "cnps_sent")
 
     def __init__(self, qpn: int, nbytes: int, mtu: int, ack_every: int = 4,
-                 ack_delay_s: float = 0.001, echo_excess_us: int = 0) -> None:
+                 ack_delay_s: float = 0.001, echo_excess_us: int = 0,
+                 cnp_interval_s: float = 0.0) -> None:
         self.qpn = qpn
         self.nbytes = nbytes
         self.mtu = mtu
@@ -71,6 +78,10 @@ class RecvQP:
         self.echo_excess_us = echo_excess_us
         self.base_owd_us = 0    # smallest one-way delay seen (0: none yet)
         self.echo: list[int] = []  # source ports to echo in the next ACK
+        self.cnp_interval_s = cnp_interval_s
+        self.last_cnp = float("-inf")
+        self.ce_packets = 0
+        self.cnps_sent = 0
 
     def counters(self) -> dict[str, int]:
         """The reported counters by name."""
@@ -121,6 +132,15 @@ class RecvQP:
             self.pending_since = now
         self.pending += 1
         return ackreq or self.pending >= self.ack_every or self.cum >= self.count
+
+    def on_ce(self, now: float) -> bool:
+        """Count a CE-marked arrival; return True when a CNP should go out now."""
+        self.ce_packets += 1
+        if now - self.last_cnp < self.cnp_interval_s:
+            return False
+        self.last_cnp = now
+        self.cnps_sent += 1
+        return True
 
     def ack_due(self) -> float | None:
         """Monotonic time a delayed ACK is due, if one is pending."""

@@ -17,9 +17,11 @@ The window (packets) is moved by a controller from :mod:`fabric.agent.cc`:
 on every ACK (with the one-way delay it reports) and on a loss episode, at
 most once per RTT. A cut whose every loss proves to be reordering is undone.
 Below one packet the window is a pacing gap: one packet in flight, sent
-``rtt / cwnd`` after the previous one. ``lost_detected`` counts
-declarations: a packet declared lost that is then acknowledged before its
-repair leaves (it was only late) is not resent.
+``rtt / cwnd`` after the previous one. A rate-based controller (``dcqcn``)
+paces every packet instead: the gap after a packet is its wire time at the
+controller's rate, and a late wakeup may catch up at most one gap.
+``lost_detected`` counts declarations: a packet declared lost that is then
+acknowledged before its repair leaves (it was only late) is not resent.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from array import array
 from collections import deque
 from dataclasses import dataclass
 
-from fabric.agent.bth import MAX_BITMAP_BYTES, Ack, data_opcode, unwrap
-from fabric.agent.cc import LossControl, SwiftControl
+from fabric.agent.bth import DATA_OVERHEAD, MAX_BITMAP_BYTES, Ack, data_opcode, unwrap
+from fabric.agent.cc import Control, DcqcnControl, LossControl
 
 UNSENT, IN_FLIGHT, LOST, ACKED = 0, 1, 2, 3
 # New packets go out only within this many PSNs of the oldest unacked one,
@@ -68,14 +70,15 @@ class SendQP:
         Payload bytes per packet.
     cc : CcConfig
         Tunables.
-    control : LossControl or SwiftControl, optional
-        Moves the window; default AIMD on loss.
+    control : LossControl, SwiftControl or DcqcnControl, optional
+        Moves the window (or, DCQCN, the pacing rate); default AIMD on loss.
     """
 
-    COUNTERS = ("packets_sent", "retransmitted", "lost_detected", "rto_count", "acks_received")
+    COUNTERS = ("packets_sent", "retransmitted", "lost_detected", "rto_count", "acks_received",
+                "cnps_received")
 
     def __init__(self, qpn: int, nbytes: int, mtu: int, cc: CcConfig = CcConfig(),
-                 control: LossControl | SwiftControl | None = None) -> None:
+                 control: Control | None = None) -> None:
         if nbytes < 1:
             raise ValueError("a message needs at least one byte")
         self.qpn = qpn
@@ -83,6 +86,7 @@ class SendQP:
         self.mtu = mtu
         self.cc = cc
         self.control = control or LossControl(cc.max_cwnd)
+        self.rate_paced = isinstance(self.control, DcqcnControl)
         self.count = -(-nbytes // mtu)
         self.last_len = nbytes - (self.count - 1) * mtu
         self.state = bytearray(self.count)
@@ -125,6 +129,7 @@ class SendQP:
         self.lost_detected = 0
         self.rto_count = 0
         self.acks_received = 0
+        self.cnps_received = 0
         self.failed: str | None = None
 
     # -- state -------------------------------------------------------------------------
@@ -151,7 +156,7 @@ class SendQP:
         """Whether the window allows a packet now and there is one to send."""
         if self.done or self.failed or self.inflight >= max(1, int(self.cwnd)):
             return False
-        if self.cwnd < 1 and now < self.next_send_at:
+        if (self.cwnd < 1 or self.rate_paced) and now < self.next_send_at:
             return False
         return self._has_packet()
 
@@ -162,11 +167,21 @@ class SendQP:
         return bool(lost) or (self.next_new < self.count and self.next_new < self.una + MAX_SPAN)
 
     def paced_until(self, now: float) -> float | None:
-        """When a window below one packet lets the next packet go, if that is later."""
-        if (self.cwnd < 1 and now < self.next_send_at and not self.inflight and not self.done
-                and not self.failed and self._has_packet()):
-            return self.next_send_at
-        return None
+        """When pacing (a rate, or a window below one packet) lets the next packet go,
+        if that is later and only pacing holds it."""
+        if now >= self.next_send_at or self.done or self.failed or not self._has_packet():
+            return None
+        if self.rate_paced:
+            held = self.inflight < max(1, int(self.cwnd))
+        else:
+            held = self.cwnd < 1 and not self.inflight
+        return self.next_send_at if held else None
+
+    def on_cnp(self, now: float) -> None:
+        """A congestion notification from the receiver (rate-based control only)."""
+        self.cnps_received += 1
+        if self.rate_paced:
+            self.control.on_cnp(now)
 
     def next_packet(self, now: float) -> tuple[int, int, bool, int]:
         """Commit the next packet to the wire; call only when :meth:`can_send`.
@@ -192,7 +207,12 @@ class SendQP:
         self.outstanding.append((psn, self.tx))
         self.inflight += 1
         self.packets_sent += 1
-        if self.cwnd < 1:
+        if self.rate_paced:
+            gap = self.control.on_send(self.length(psn) + DATA_OVERHEAD, now)
+            # a wakeup late by less than one gap sends on schedule, not a gap late
+            start = self.next_send_at if now - self.next_send_at < gap else now
+            self.next_send_at = start + gap
+        elif self.cwnd < 1:
             self.next_send_at = now + (self.srtt or self.rto) / self.cwnd
         return psn, data_opcode(psn, self.count), ackreq, self.length(psn)
 

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 TRANSPORTS = ("tcp", "roce")
 ENTROPY = ("flow", "packet", "recycle")
 SPRAYING = ("packet", "recycle")  # entropies that vary the source port per packet
-CONGESTION_CONTROLS = ("swift", "loss")  # of the roce transport (fabric.agent.cc)
+CONGESTION_CONTROLS = ("swift", "dcqcn", "loss")  # of the roce transport (fabric.agent.cc)
 TCP_DATA_PORT = 7100
 ROCE_PORT = 4791
 SOURCE_PORTS = range(10000, 32768)  # below Linux's ephemeral range (32768-60999)
@@ -78,7 +78,8 @@ class TransportSpec:
     again on the ports whose packets the receiver saw arrive without queueing
     (after REPS) and tries the next port of the pool only when it has none.
     ``rate_mbps``: pacing ceiling of a roce sender (the emulated host link rate). ``cc``: the roce congestion
-    control (:mod:`fabric.agent.cc`): ``swift`` (delay-based) or ``loss``.
+    control (:mod:`fabric.agent.cc`): ``swift`` (delay-based), ``dcqcn`` (ECN-driven
+    rate control; needs the fabric's ECN marking) or ``loss``.
     ``timeline``: roce receivers report every newly delivered packet's arrival
     and send time (``arrivals``), for delivery timelines around failures.
     """

@@ -1,4 +1,4 @@
-"""ECN marking on real switch queues."""
+"""ECN marking on real switch queues, and DCQCN reacting to it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import topologies
 from fabric.emulation import Emulation, EmulationOptions, ecn, hostconfig
+from fabric.emulation.traffic import build_plan, run_plan
 from fabric.model import graph as fg
+from fabric.traffic.model import Transfer, TransportSpec
 
 # Sends ``count`` datagrams as fast as the socket takes them (the NIC's shaping paces
 # them out) from ``time.time() >= start``; args: dst tos count start
@@ -131,3 +135,24 @@ def test_a_rate_change_rebuilds_the_marker_for_the_new_rate():
         assert new in _filters(emu, "l0h0", hostconfig.ifb_name("l0h0", 0))
         assert new in _filters(emu, "l0", fg.intf_name("l0", fg.port(graph, "l0", "s0")))
         assert new not in _filters(emu, "l0h1", hostconfig.ifb_name("l0h1", 0))
+
+
+@pytest.mark.parametrize("cc", ["dcqcn", "swift"])
+def test_dcqcn_senders_slow_down_on_marks_and_others_are_never_marked(tmp_path: Path, cc: str):
+    graph = topologies.build("leaf-spine")
+    transfers = [Transfer(f"t{i}", f"l0h{i}", "l0h0", 600_000) for i in (1, 2, 3)]
+    with Emulation(graph, EmulationOptions()) as emu:
+        result = run_plan(emu, build_plan(emu, transfers, TransportSpec("roce", cc=cc)),
+                          tmp_path)
+    assert result.complete, result.errors
+    rows = result.transfer_rows()
+    ce = sum(r["recv_ce_packets"] for r in rows)
+    cnps_sent = sum(r["recv_cnps_sent"] for r in rows)
+    cnps_received = sum(r["send_cnps_received"] for r in rows)
+    print(f"{cc}: {ce} CE-marked packets, {cnps_sent} CNPs sent, {cnps_received} received")
+    if cc == "dcqcn":
+        # three senders at line rate into one link: its queue passes the threshold
+        assert ce > 0 and 0 < cnps_received <= cnps_sent
+        assert all(r["send_rate_final_mbps"] is not None for r in rows)
+    else:
+        assert ce == cnps_sent == cnps_received == 0  # not ECN-capable: never marked

@@ -1,4 +1,4 @@
-"""Congestion control of the roce transport: hand-worked steps of swift and AIMD."""
+"""Congestion control of the roce transport: hand-worked steps of swift, DCQCN and AIMD."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from fabric.agent.bth import Ack
-from fabric.agent.cc import LossControl, SwiftControl, SwiftParams, make_control
+from fabric.agent.bth import DATA_OVERHEAD, Ack
+from fabric.agent.cc import (DcqcnControl, DcqcnParams, LossControl, SwiftControl, SwiftParams,
+                             make_control)
 from fabric.agent.roce_send import CcConfig, SendQP
 
 PKT = 0.004  # a packet time: 1458 bytes at ~3 Mbit/s
@@ -88,3 +89,96 @@ def test_a_window_below_one_packet_paces_the_queue_pair():
     assert qp.cwnd < 0.25
     assert qp.paced_until(0.03) == pytest.approx(0.08)
     assert not qp.can_send(0.03) and qp.can_send(0.08)
+
+
+# -- dcqcn -------------------------------------------------------------------------------
+LINE = 1458 / PKT  # bytes/s: one full-size packet per packet time
+
+
+def _dcqcn(**params) -> DcqcnControl:
+    return DcqcnControl(PKT, LINE, 512, now=0.0, params=DcqcnParams(**params))
+
+
+def test_dcqcn_starts_at_line_rate_and_a_cnp_cuts_by_half_alpha():
+    d = _dcqcn()
+    assert d.rate == LINE and d.alpha == 1.0
+    d.on_cnp(0.0)
+    assert d.target == LINE                      # Rt = the rate before the cut
+    assert d.rate == pytest.approx(LINE / 2)     # Rc * (1 - alpha / 2), alpha = 1
+    assert d.alpha == pytest.approx(1.0)         # (1 - g) * 1 + g
+    d.on_cnp(0.0)
+    assert d.rate == pytest.approx(LINE / 4)
+
+
+def test_dcqcn_alpha_decays_per_period_without_cnps_and_sets_the_next_cut():
+    d = _dcqcn(g=1 / 16, alpha_timer=10, increase_timer=1e9)
+    d.on_cnp(0.0)
+    d.advance(35 * PKT)  # three whole alpha periods and a half
+    assert d.alpha == pytest.approx((15 / 16) ** 3)
+    before = d.rate
+    d.on_cnp(35 * PKT)
+    assert d.rate == pytest.approx(before * (1 - (15 / 16) ** 3 / 2))
+
+
+def test_dcqcn_fast_recovery_halves_the_gap_to_the_target_per_timer_event():
+    d = _dcqcn(increase_timer=10, byte_counter=1e9)
+    d.on_cnp(0.0)                      # Rc = LINE / 2, Rt = LINE
+    d.advance(10.5 * PKT)
+    assert d.rate == pytest.approx(0.75 * LINE)
+    d.advance(30.5 * PKT)              # two more events
+    assert d.rate == pytest.approx(LINE - LINE / 16)
+    assert d.target == LINE            # fast recovery leaves the target alone
+
+
+def test_dcqcn_additive_then_hyper_increase_after_fast_recovery():
+    d = _dcqcn(increase_timer=10, byte_counter=1, fast_recovery=2, ai=0.01, hai=0.1)
+    d.on_cnp(0.0)
+    d.on_cnp(0.0)                      # Rt = LINE / 2, Rc = LINE / 4
+    assert d.target == pytest.approx(LINE / 2)
+    for _ in range(3):                 # byte counter: 1 packet each; events 1, 2 recover
+        d.on_send(1458, 0.0)
+    # the third byte event passed F while the timer has none: additive increase
+    assert d.target == pytest.approx(LINE / 2 + 0.01 * LINE)
+    d.advance(30.5 * PKT)              # timer events 1..3: the third also passes F
+    # both counters past F (3 and 3): hyper increase by (min - F) * hai
+    assert d.target == pytest.approx(LINE / 2 + 0.01 * LINE + 2 * 0.01 * LINE + 0.1 * LINE)
+    assert d.rate <= d.target
+
+
+def test_dcqcn_rate_stays_within_its_floor_and_line_rate():
+    d = _dcqcn(min_rate=0.1)
+    for _ in range(20):
+        d.on_cnp(0.0)
+    assert d.rate == pytest.approx(0.1 * LINE)
+    d.advance(1e6)  # a long idle period: timer events are capped, the rate tops out
+    assert d.rate == pytest.approx(LINE)
+    assert d.target == LINE
+
+
+def test_dcqcn_paces_by_wire_time_and_ignores_loss_and_acks():
+    d = _dcqcn()
+    assert d.on_send(1458, 0.0) == pytest.approx(PKT)
+    d.on_cnp(0.0)
+    assert d.on_send(1458, 0.0) == pytest.approx(2 * PKT)
+    assert d.on_ack(3.0, 1, 0.1, 0.0, 0.01) == 512
+    assert d.on_loss(7.0) == 7.0
+    assert make_control("dcqcn", PKT, 512, line_rate=LINE, now=5.0).alpha_since == 5.0
+
+
+def test_send_qp_with_dcqcn_paces_every_packet_and_catches_up_one_gap():
+    qp = SendQP(1, 10 * 1400, 1400, CcConfig(), _dcqcn())
+    wire = PKT * (1400 + DATA_OVERHEAD) / 1458   # seconds per data packet at line rate
+    assert qp.can_send(0.0)
+    qp.next_packet(0.0)
+    assert not qp.can_send(0.0)
+    assert qp.paced_until(0.0) == pytest.approx(wire)
+    # woken late by less than a gap: the next departure keeps the schedule
+    late = wire + 0.4 * wire
+    assert qp.can_send(late)
+    qp.next_packet(late)
+    assert qp.next_send_at == pytest.approx(2 * wire)
+    # woken later than a whole gap: the schedule restarts from now
+    qp.next_packet(10 * wire)
+    assert qp.next_send_at == pytest.approx(11 * wire)
+    qp.on_cnp(10 * wire)
+    assert qp.cnps_received == 1 and qp.control.rate == pytest.approx(LINE / 2)
