@@ -9,6 +9,14 @@ bottleneck queue sampled every 20 ms from its HTB leaf (mean, p99 and
 maximum, in packets), the packets lost and the retransmission timeouts.
 Then the same for TCP with each congestion control the kernel offers.
 
+At every sample it also reads the bottleneck's ECN marker (its virtual queue,
+:mod:`fabric.emulation.ecn`) just before and just after tc reads the real
+backlog, and prints how far the real backlog was from the virtual one over
+that window (0 when between the two readings): mean and p99 in full-size
+packets, and how often the two disagreed about being above the marking
+threshold ``kmin``. With ``dcqcn``
+it prints the packets marked and CNPs.
+
 Usage::
 
     sudo .venv/bin/python benchmarks/cc.py [--mbps 3] [--seconds 6] [--queue-pkts 64]
@@ -22,12 +30,14 @@ import statistics
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import topologies
 from fabric import argtypes
-from fabric.emulation import Emulation, EmulationOptions
+from fabric.emulation import Emulation, EmulationOptions, ecn
 from fabric.emulation.network import tcp_congestion_controls
+from fabric.emulation.shaping import MTU_BYTES
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.model import graph as fg
 from fabric.traffic import ideal
@@ -38,39 +48,74 @@ SPEC = "leaf-spine,leaves=2,spines=1,hosts_per_leaf=4,oversub=4"
 
 
 class QueueSampler:
-    """Backlog (packets) of a device's qdiscs, sampled in a thread."""
+    """Backlog of a device's qdiscs (packets), and of its ECN marker's virtual queue
+    beside the real one (full-size packets' worth of bytes), sampled in a thread."""
 
-    def __init__(self, dev: str, interval_s: float = 0.02) -> None:
+    def __init__(self, dev: str, link_mbps: float, interval_s: float = 0.02) -> None:
         self.dev, self.interval_s = dev, interval_s
+        self.bytes_per_s = link_mbps * 1e6 / 8
         self.samples: list[int] = []
+        # (real, virtual before, virtual after tc read it), in full-size packets
+        self.samples_ecn: list[tuple[float, float, float]] = []
+        self.marker: ecn.MarkerReader | None = None
+        self.counts = (0, 0)  # ECN-capable packets and marked ones during the sampling
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _virtual(self) -> float:
+        assert self.marker is not None
+        now = time.monotonic_ns()  # the marker's clock (bpf_ktime_get_ns)
+        return self.marker.read().backlog_s(now) * self.bytes_per_s / MTU_BYTES
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
+            before = self._virtual() if self.marker else 0.0
             out = subprocess.run(["tc", "-s", "qdisc", "show", "dev", self.dev],
                                  capture_output=True, text=True).stdout
+            after = self._virtual() if self.marker else 0.0
             # the leaves hold the packets: sum pfifo_head_drop backlogs
-            self.samples.append(sum(int(n) for n in re.findall(
-                r"pfifo_head_drop.*?backlog \S+ (\d+)p", out, re.S)))
+            leaves = re.findall(r"pfifo_head_drop.*?backlog (\S+) (\d+)p", out, re.S)
+            self.samples.append(sum(int(p) for _, p in leaves))
+            if self.marker:
+                real = sum(_tc_bytes(b) for b, _ in leaves) / MTU_BYTES
+                self.samples_ecn.append((real, before, after))
 
     def __enter__(self) -> "QueueSampler":
+        shown = subprocess.run(["tc", "filter", "show", "dev", self.dev],
+                               capture_output=True, text=True).stdout
+        prog = ecn.marker_prog_id(shown)
+        if prog is not None:
+            self.marker = ecn.MarkerReader(prog)
+            self._start = self.marker.read()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self.marker:
+            end = self.marker.read()
+            self.counts = (end.ect - self._start.ect, end.marked - self._start.marked)
+            self.marker.close()
+
+
+def _tc_bytes(size: str) -> float:
+    """Bytes in tc's size notation: ``1514b``, ``84Kb`` (tc uses units near a
+    multiple of 1024)."""
+    for unit, scale in (("Mb", 1 << 20), ("Kb", 1 << 10), ("b", 1)):
+        if size.endswith(unit):
+            return float(size[:-len(unit)]) * scale
+    raise ValueError(f"not a tc size: {size!r}")
 
 
 def run_one(emu: Emulation, transport: TransportSpec, nbytes: int, workdir: Path,
-            bottleneck: str) -> dict:
+            bottleneck: str, link_mbps: float) -> dict:
     graph = emu.graph
     senders = [h for h in fg.endpoints(graph) if h.startswith("l0")]
     receivers = [h for h in fg.endpoints(graph) if h.startswith("l1")]
     transfers = [Transfer(f"f{i}", s, r, nbytes) for i, (s, r) in
                  enumerate(zip(senders, receivers))]
-    with QueueSampler(bottleneck) as queue:
+    with QueueSampler(bottleneck, link_mbps) as queue:
         result = run_plan(emu, build_plan(emu, transfers, transport), workdir)
     rows = result.transfer_rows()
     rates = [r["bytes"] * 8 / r["fct_s"] / 1e6 for r in rows if r["fct_s"]]
@@ -85,7 +130,9 @@ def run_one(emu: Emulation, transport: TransportSpec, nbytes: int, workdir: Path
             "lost": (sent - received) if transport.kind == "roce"
             else sum(int(n.get("RetransSegs", 0)) for n in netstat),
             "rto": sum(r.get("send_rto_count") or 0 for r in rows) if transport.kind == "roce"
-            else sum(int(n.get("TCPTimeouts", 0)) for n in netstat)}
+            else sum(int(n.get("TCPTimeouts", 0)) for n in netstat),
+            "ecn_samples": queue.samples_ecn, "ecn": queue.counts,
+            "cnps": sum(r.get("send_cnps_received") or 0 for r in rows)}
 
 
 def report(label: str, out: dict, link_mbps: float, overhead: ideal.Overhead) -> None:
@@ -95,6 +142,18 @@ def report(label: str, out: dict, link_mbps: float, overhead: ideal.Overhead) ->
           f"of ideal {best:.2f}; Jain {out['jain']:.3f}; queue mean "
           f"{statistics.fmean(q):5.1f} p99 {percentile(q, 99):5.1f} max {max(q):3d} pkts; "
           f"lost {out['lost']}, RTOs {out['rto']}")
+    if out["ecn_samples"]:
+        errors = [max(0.0, min(a, b) - real, real - max(a, b))
+                  for real, a, b in out["ecn_samples"]]
+        kmin = ecn.EcnMarking().kmin
+        disagree = sum((real >= kmin) != (min(a, b) >= kmin) and (real >= kmin) != (
+            max(a, b) >= kmin) for real, a, b in out["ecn_samples"])
+        ect, marked = out["ecn"]
+        print(f"  {'':18s} marker vs real backlog over {len(errors)} samples: |difference| "
+              f"mean {statistics.fmean(errors):.2f} p99 {percentile(errors, 99):.2f} pkts, "
+              f"real mean {statistics.fmean(r for r, _, _ in out['ecn_samples']):.1f}; above kmin "
+              f"({kmin:g}) disagree in {disagree / len(errors):.1%}; marked {marked} of "
+              f"{ect} ECN-capable packets, {out['cnps']} CNPs")
 
 
 def main() -> None:
@@ -116,12 +175,14 @@ def main() -> None:
     with Emulation(graph, options) as emu:
         link = emu.report.rate_plan.link_mbps[frozenset(("l0", "s0"))]
         for cc in CONGESTION_CONTROLS:
-            out = run_one(emu, TransportSpec("roce", cc=cc), nbytes, workdir / cc, bottleneck)
+            out = run_one(emu, TransportSpec("roce", cc=cc), nbytes, workdir / cc, bottleneck,
+                          link)
             report(f"roce {cc}", out, link, ideal.transport_overhead("roce"))
     for cc in tcp_congestion_controls():
         with Emulation(graph, EmulationOptions(host_mbps=args.mbps, queue_pkts=args.queue_pkts,
                                                busy_links=4, tcp_cc=cc)) as emu:
-            out = run_one(emu, TransportSpec("tcp"), nbytes, workdir / f"tcp-{cc}", bottleneck)
+            out = run_one(emu, TransportSpec("tcp"), nbytes, workdir / f"tcp-{cc}", bottleneck,
+                          link)
             report(f"tcp {cc}", out, link, ideal.transport_overhead("tcp"))
 
 
