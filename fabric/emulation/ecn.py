@@ -73,7 +73,7 @@ def check_compiler() -> None:
     """Raise :class:`MarkerError` when clang is missing (before anything changes)."""
     if shutil.which("clang") is None:
         raise MarkerError("ECN marking needs clang to build its BPF filter: run "
-                          "scripts/setup.sh (or disable marking)")
+                          "scripts/setup.sh to install it")
 
 
 def marker_object(rate_mbps: float, queue_pkts: int, marking: EcnMarking,
