@@ -244,8 +244,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.pcap is not None:
         ctx.capture = _run_capture(args, ctx, module.fabric_specs(ctx))
     system.preflight()  # not root or tools missing: say so before making the run directory
+    made = not ctx.run_dir.exists()
     run_dir = results.new_run_dir(ctx.run_dir)
-    outcome = module.run(ctx)
+    try:
+        outcome = module.run(ctx)
+    except BaseException:
+        if made and not any(run_dir.iterdir()):
+            run_dir.rmdir()  # refused before it wrote anything (a rate it cannot shape)
+        raise
     pcap = ({"pcap": {"dir": str(args.pcap), "at": args.pcap_at or "first endpoint",
                       "packets_per_file": args.pcap_packets}} if ctx.capture else {})
     results.write_manifest(run_dir, args.name, {**outcome["parameters"], "quick": args.quick,

@@ -163,12 +163,19 @@ def test_bad_spec_fails_cleanly_before_any_change() -> None:
     assert not list(runstate.RUNS_DIR.glob("*.json"))
 
 
-def test_unshapeable_rate_is_refused_before_any_change() -> None:
+def test_unshapeable_rate_is_refused_before_any_change(tmp_path: Path) -> None:
     proc = subprocess.run([*FABRIC, "up", "fat-tree,k=8", "--host-mbps", "20"], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "packet-hops/s" in proc.stderr and "Traceback" not in proc.stderr
     assert not list(runstate.RUNS_DIR.glob("*.json"))
+    # an experiment refused for its rate leaves no empty results directory behind
+    out = tmp_path / "refused"
+    proc = subprocess.run([*FABRIC, "run", "collisions", "--quick", "--host-mbps", "500",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "packet-hops/s" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
 
 
 def test_busy_controller_port_is_refused() -> None:
