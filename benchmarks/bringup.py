@@ -14,6 +14,7 @@ import statistics
 import time
 
 import topologies
+from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.reachability import check_all_pairs
 
@@ -48,4 +49,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
+        raise SystemExit(f"bringup.py: {exc}")

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import topologies
 from fabric import argtypes
+from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions, ecn
 from fabric.emulation.network import tcp_congestion_controls
 from fabric.emulation.shaping import MTU_BYTES
@@ -187,4 +188,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
+        raise SystemExit(f"cc.py: {exc}")

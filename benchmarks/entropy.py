@@ -30,6 +30,7 @@ from experiments import collisions
 from fabric import argtypes
 from experiments.common import fidelity_of, idle_check, traffic_run
 from fabric.analysis.report import ideal_spans
+from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, TransportSpec
 
@@ -91,4 +92,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
+        raise SystemExit(f"entropy.py: {exc}")

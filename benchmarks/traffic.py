@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import topologies
+from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.capacity import FULL_PACKET_BITS, CapacityError
 from fabric.emulation.traffic import build_plan, run_plan
@@ -124,4 +125,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
+        raise SystemExit(f"traffic.py: {exc}")

@@ -576,20 +576,24 @@ def check_traffic_args(args: argparse.Namespace) -> None:
         raise UsageError("argument --cc: applies to --transport roce only (TCP: --tcp-cc)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``fabric`` console script."""
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions whose message is all a user needs (printed without a traceback);
+    benchmarks catch the same ones."""
+    from fabric.analysis.results import ResultsError
     from fabric.emulation import EmulationError
     from fabric.emulation.system import HostSetupError, PortBusyError
-
-    args = build_parser().parse_args(argv)
-    from fabric.analysis.results import ResultsError
     from fabric.emulation.traffic import TrafficError
     from fabric.model.lanes import LaneConfigError
     from fabric.traffic.model import ScheduleError
 
-    expected: tuple[type[BaseException], ...] = (
-        UsageError, TopologyError, capacity.CapacityError, HostSetupError, EmulationError,
-        PortBusyError, LaneConfigError, ScheduleError, TrafficError, ResultsError)
+    return (UsageError, TopologyError, capacity.CapacityError, HostSetupError, EmulationError,
+            PortBusyError, LaneConfigError, ScheduleError, TrafficError, ResultsError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``fabric`` console script."""
+    args = build_parser().parse_args(argv)
+    expected = user_errors()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_terminated)
     # Python leaves SIGINT ignored when it started ignored (a background job of a script);
