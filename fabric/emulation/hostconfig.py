@@ -73,9 +73,7 @@ def endpoint_tc_batch(graph: nx.Graph, endpoint: str, link_mbps: dict[frozenset,
     for nic in graph.nodes[endpoint]["nics"]:
         dev = fg.intf_name(endpoint, nic["port"])
         ifb = ifb_name(endpoint, nic["port"])
-        switch = next(n for n in graph.neighbors(endpoint)
-                      if fg.port(graph, endpoint, n) == nic["port"])
-        mbps = link_mbps[frozenset((endpoint, switch))]
+        mbps = link_mbps[frozenset((endpoint, _switch_at(graph, endpoint, nic["port"])))]
         lines += shape_lines(dev, mbps, queue_pkts, lanes)
         lines += [f"qdisc add dev {dev} handle ffff: ingress",
                   f"filter add dev {dev} parent ffff: protocol all prio 1 u32 match u32 0 0 "
@@ -96,11 +94,15 @@ def endpoint_marker_batch(graph: nx.Graph, endpoint: str, link_mbps: dict[frozen
     """
     lines = []
     for nic in graph.nodes[endpoint]["nics"]:
-        switch = next(n for n in graph.neighbors(endpoint)
-                      if fg.port(graph, endpoint, n) == nic["port"])
+        switch = _switch_at(graph, endpoint, nic["port"])
         lines.append(marker_line(ifb_name(endpoint, nic["port"]),
                                  markers[link_mbps[frozenset((endpoint, switch))]]))
     return "".join(line + "\n" for line in lines)
+
+
+def _switch_at(graph: nx.Graph, endpoint: str, port: int) -> str:
+    """The switch on the other end of ``endpoint``'s NIC ``port``."""
+    return next(n for n in graph.neighbors(endpoint) if fg.port(graph, endpoint, n) == port)
 
 
 def switch_tc_batch(graph: nx.Graph, switch: str, link_mbps: dict[frozenset, float],
