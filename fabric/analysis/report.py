@@ -42,12 +42,18 @@ def flow_collisions(result: TrafficResult) -> metrics.Collisions | None:
 
 
 def _totals(result: TrafficResult) -> dict[str, int]:
-    totals = {"tcp_timeouts": 0, "tcp_retransmitted_segments": 0, "roce_retransmitted": 0}
+    """Loss and congestion counters summed over the agents: TCP's from the kernel,
+    roce's retransmissions, CE-marked data packets received and CNPs sent (dcqcn)."""
+    totals = {"tcp_timeouts": 0, "tcp_retransmitted_segments": 0, "roce_retransmitted": 0,
+              "roce_ce_marked": 0, "roce_cnps": 0}
     for agent in result.agents.values():
         netstat = agent.get("netstat", {})
+        roce = agent.get("roce", {})
         totals["tcp_timeouts"] += int(netstat.get("TCPTimeouts", 0))
         totals["tcp_retransmitted_segments"] += int(netstat.get("RetransSegs", 0))
-        totals["roce_retransmitted"] += int(agent.get("roce", {}).get("retransmitted", 0))
+        totals["roce_retransmitted"] += int(roce.get("retransmitted", 0))
+        totals["roce_ce_marked"] += int(roce.get("ce_packets", 0))
+        totals["roce_cnps"] += int(roce.get("cnps_sent", 0))
     totals["ingress_drops"] = sum(result.ingress_drops.values())
     return totals
 
