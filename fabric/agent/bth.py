@@ -3,8 +3,9 @@
 A data packet is ``UDP(dport=4791) / BTH / payload (+pad to 4 bytes) / ICRC``
 with an RC SEND opcode (FIRST, MIDDLE, LAST or ONLY). An acknowledgement is
 ``BTH(ACKNOWLEDGE) / AETH / AckExt / SACK bitmap / ICRC``; a congestion
-notification (``dcqcn``) is ``BTH(CNP) / 16 reserved bytes / ICRC``. These decode with
-``scapy.contrib.roce.BTH`` (and Wireshark's RoCEv2 dissector) as RoCE.
+notification (``dcqcn``) is ``BTH(CNP) / 16 reserved bytes / ICRC``. These
+decode with ``scapy.contrib.roce.BTH`` (and Wireshark's RoCEv2 dissector) as
+RoCE.
 
 The ICRC is written as zero: it covers the IP identification the kernel
 picks after we hand over the datagram, and no RDMA NIC checks it here.
