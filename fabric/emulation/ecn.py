@@ -97,11 +97,13 @@ def marker_object(rate_mbps: float, queue_pkts: int, marking: EcnMarking,
     args = ["clang", "-O2", "-g", "-target", "bpf", "-Wall", "-Werror",
             *(f"-D{name}={value}ULL" for name, value in defines.items()),
             *_include_dirs(), "-c", str(SOURCE), "-o", str(partial)]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise MarkerError(f"building the ECN marker failed: {proc.stderr.strip()[-800:]}")
-    partial.replace(obj)  # atomic: a concurrent build never loads half an object
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise MarkerError(f"building the ECN marker failed: {proc.stderr.strip()[-800:]}")
+        partial.replace(obj)  # atomic: a concurrent build never loads half an object
+    finally:
+        partial.unlink(missing_ok=True)  # a failed or interrupted build leaves nothing
     return obj
 
 

@@ -90,13 +90,19 @@ def _tos_of(sock: socket.socket, timeout: float = 2.0) -> tuple[bytes, int]:
     return data, tos[0] if tos else -1
 
 
+def _tos_socket(ip: str, port: int) -> socket.socket:
+    """A UDP socket bound to ``(ip, port)`` that reports each datagram's TOS byte."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    sock.bind((ip, port))
+    return sock
+
+
 def test_data_and_acks_carry_the_dscp():
     """Data leaves with IP_TOS = dscp << 2, and so do the ACKs of a shared listener."""
     hosts = loopback_hosts(["a", "b", "c"])
     a_ip, b_ip, c_ip = _ip(hosts, "a"), _ip(hosts, "b"), _ip(hosts, "c")
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-    peer.bind((b_ip, bth.ROCE_PORT))
+    peer = _tos_socket(b_ip, bth.ROCE_PORT)
     loop = EventLoop()
     engine = RoceEngine(loop, TransportSpec(kind="roce"), [a_ip], lambda r: None,
                         lambda r, e: None)
@@ -113,9 +119,7 @@ def test_data_and_acks_carry_the_dscp():
         # the peer sends a's listener a one-packet message: the ACK's TOS
         record = TransferRecord(Transfer("r", "c", "a", 100, dscp=46), "recv", qpn=0x201)
         engine.add_recv(record)
-        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sender.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-        sender.bind((c_ip, 0))
+        sender = _tos_socket(c_ip, 0)
         sender.sendto(bth.data_packet(bth.SEND_ONLY, 0x201, 0, bytes(100), ackreq=True),
                       (a_ip, bth.ROCE_PORT))
         for _ in range(5):
@@ -136,12 +140,8 @@ def test_dcqcn_data_is_ecn_capable_and_a_ce_mark_is_answered_with_one_cnp():
     sender's rate."""
     hosts = loopback_hosts(["a", "b", "c"])
     a_ip, b_ip, c_ip = _ip(hosts, "a"), _ip(hosts, "b"), _ip(hosts, "c")
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-    peer.bind((b_ip, bth.ROCE_PORT))
-    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sender.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-    sender.bind((c_ip, 0))
+    peer = _tos_socket(b_ip, bth.ROCE_PORT)
+    sender = _tos_socket(c_ip, 0)
     loop = EventLoop()
     engine = RoceEngine(loop, TransportSpec(kind="roce", cc="dcqcn", rate_mbps=3), [a_ip],
                         lambda r: None, lambda r, e: None)
