@@ -22,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -87,7 +88,8 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
     end = max(r["recv_end"] or 0 for r in rows)
     flows = sum(goodputs(result))  # each flow's bytes over its own completion time
     checks = {c.name: c for c in result.fidelity}
-    cpu = sum(a.get("cpu_s", 0) for a in result.agents.values()) / (end - start) / len(rows)
+    agents = sum(a.get("cpu_s", 0) for a in result.agents.values()) / (end - start)
+    cpu = agents / len(rows)
     late = [a["wake_late"] for a in result.agents.values() if a.get("wake_late")]
     verdict = "ok" if all(c.ok for c in checks.values()) else "FAILED"
     print(f"  {rate:5.1f} Mbit/s{beyond} x {len(rows)} flows: sum of flow goodputs {flows:6.1f} Mbit/s "
@@ -96,6 +98,11 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
           f"machine CPU {checks['machine_cpu'].value:.0%}, hidden drops "
           f"{checks['hidden_socket_drops'].value}, agent CPU {cpu:.1%} of a core per flow, "
           f"fidelity {verdict}")
+    if "ovs_cpu_cores" in checks:
+        print(f"      cores busy: ovs-vswitchd {checks['ovs_cpu_cores'].value:.2f}, agents "
+              f"{agents:.2f}, softirq {checks['softirq_cores'].value:.2f}, whole machine "
+              f"{checks['machine_cpu'].value * (os.cpu_count() or 1):.2f} of "
+              f"{os.cpu_count()}")
     if late:
         print(f"      agents' timer wake-ups late by (median over agents) p50 "
               f"{statistics.median(w['p50_ms'] for w in late):.2f} ms, p99 "

@@ -67,11 +67,11 @@ def thread_cpu_ticks(pid: int) -> dict[int, int]:
     return ticks
 
 
-def machine_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs from /proc/stat."""
+def machine_ticks() -> tuple[int, int, int]:
+    """(busy, total, softirq) jiffies of all CPUs from /proc/stat."""
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
+    return sum(fields) - idle, sum(fields), fields[6] if len(fields) > 6 else 0
 
 
 def switch_rx(devices: list[str]) -> tuple[int, int]:
@@ -130,7 +130,7 @@ class FidelityMonitor:
         self._t0 = 0.0
         self._ovs_pid: int | None = None
         self._threads0: dict[int, int] = {}
-        self._machine0 = (0, 0)
+        self._machine0 = (0, 0, 0)
         self._drops0 = 0
         self._rx0 = (0, 0)
         self._inodes: set[int] = set()
@@ -166,12 +166,18 @@ class FidelityMonitor:
         checks.append(input_delay_check(mean, rx_bytes, rx_packets, elapsed))
         if self._ovs_pid:
             threads1 = thread_cpu_ticks(self._ovs_pid)
-            busiest = max((threads1[t] - self._threads0.get(t, 0) for t in threads1), default=0)
-            share = busiest / CLOCK_TICKS / elapsed
+            used = {t: threads1[t] - self._threads0.get(t, 0) for t in threads1}
+            share = max(used.values(), default=0) / CLOCK_TICKS / elapsed
             checks.append(Check("ovs_busiest_thread", round(share, 3), 1.0, True,
                                 "CPU share of one core (informational: the datapath polls)"))
-        busy1, total1 = machine_ticks()
+            checks.append(Check("ovs_cpu_cores", round(sum(used.values()) / CLOCK_TICKS
+                                                       / elapsed, 3), float(os.cpu_count() or 1),
+                                True, "all ovs-vswitchd threads (informational)"))
+        busy1, total1, softirq1 = machine_ticks()
         busy = (busy1 - self._machine0[0]) / max(total1 - self._machine0[1], 1)
+        checks.append(Check("softirq_cores", round((softirq1 - self._machine0[2]) / CLOCK_TICKS
+                                                   / elapsed, 3), float(os.cpu_count() or 1),
+                            True, "kernel packet processing in softirq (informational)"))
         checks.append(Check("machine_cpu", round(busy, 3), MAX_MACHINE_CPU,
                             busy <= MAX_MACHINE_CPU, f"{os.cpu_count()} cores"))
         drops = sum(s.drops for s in ovs.packet_sockets()) - self._drops0
