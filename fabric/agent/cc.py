@@ -18,9 +18,10 @@ per-RTT gate of loss cuts and their undo stay with the queue pair
     smallest delay seen (the switching and processing of its path: a lone
     packet passes the links' token buckets without waiting), believed up to
     ``base_cap`` packet times a link. The allowance is ``endpoint_allowance``
-    (the sender's own pacing burst waits in its NIC's queue) plus
-    ``hop_allowance`` per link of the path, so the target scales with hop
-    count. Below one packet the window becomes a pacing gap (``rtt / cwnd``
+    (slack for the sender's NIC: a packet is stamped with the time the agent
+    expects the NIC's shaped queue to let it go, kept to within a packet or
+    two) plus ``hop_allowance`` per link of the path, so the target scales
+    with hop count. Below one packet the window becomes a pacing gap (``rtt / cwnd``
     between packets).
 ``dcqcn``
     Rate-based, ECN-driven, after DCQCN (Zhu et al., SIGCOMM 2015). Switch
@@ -52,7 +53,7 @@ class SwiftParams:
     ai: float = 1.0              # additive increase, packets per RTT
     beta: float = 0.8            # multiplicative decrease per unit of relative excess delay
     max_mdf: float = 0.5         # largest cut at once
-    endpoint_allowance: float = 2.0  # queueing allowed at the sender's NIC, packet times
+    endpoint_allowance: float = 2.0  # slack for the sender's NIC, packet times
     hop_allowance: float = 2.0   # queueing allowed per link of the path, packet times
     base_cap: float = 0.5        # largest base delay believed per link, packet times
     min_cwnd: float = 0.05       # packets (below 1: paced)

@@ -58,7 +58,26 @@ _SEND_TIME = bth.SEND_TIME
 _WIRE_EXTRA = 14 + 20 + 8  # Ethernet + IPv4 + UDP, charged by the pacer
 ECT0 = 0b10  # ECN field of an ECN-capable packet
 CE = 0b11    # ... and of one a switch marked
-_TOS_ANCILLARY = socket.CMSG_SPACE(4)
+# the kernel's receive stamp of each datagram (Linux's value; Python does not name it)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("qq")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(4)
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]], offset_ns: int) -> tuple[int, bool]:
+    """Monotonic ns at which the kernel received a datagram (now if it did not say),
+    and whether it arrived CE-marked (IP_RECVTOS), from its ancillary data.
+
+    ``offset_ns`` is wall-clock minus monotonic time: kernel stamps are wall-clock.
+    """
+    arrived, ce = 0, False
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            arrived = sec * 1_000_000_000 + nsec - offset_ns
+        elif level == socket.IPPROTO_IP and kind == socket.IP_TOS:
+            ce = data[0] & CE == CE
+    return arrived or time.monotonic_ns(), ce
 
 
 def _us(seconds: float | None) -> int | None:
@@ -134,13 +153,26 @@ class _Sender:
 
 
 class _Pacer:
-    """A NIC's token bucket and the senders taking turns on it."""
+    """A NIC's token bucket, the senders taking turns on it, and when the NIC is free.
 
-    __slots__ = ("bucket", "active")
+    ``free_at`` follows the NIC's own shaped queue: a burst the pacer lets go in
+    one wake-up leaves it a packet time apart, and each data packet is stamped
+    with the time it starts to leave, not the time it was handed over, so its
+    one-way delay is the fabric's alone.
+    """
+
+    __slots__ = ("bucket", "active", "free_at")
 
     def __init__(self, bucket: TokenBucket) -> None:
         self.bucket = bucket
         self.active: deque[_Sender] = deque()
+        self.free_at = 0.0  # monotonic
+
+    def departs(self, wire_bytes: int) -> float:
+        """Queue ``wire_bytes`` on the NIC; return when they start to leave (monotonic)."""
+        start = max(time.monotonic(), self.free_at)
+        self.free_at = start + wire_bytes / self.bucket.rate
+        return start
 
 
 class RoceEngine(Engine):
@@ -229,6 +261,9 @@ class RoceEngine(Engine):
         """
         for address in self.addresses:
             sock = self._udp_socket(0)
+            # delays and completions are measured to when a packet arrived, not
+            # to when a loop waiting for a core got round to reading it
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             if self.ecn:
                 sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
             sock.bind((address, self.config.port))
@@ -343,8 +378,9 @@ class RoceEngine(Engine):
             flags |= bth.ECHO_FLAG
         _BTH.pack_into(self._tx, 0, opcode, flags, bth.PKEY_DEFAULT, qp.qpn,
                        (ackreq << 31) | (psn & bth.PSN_MASK))
+        departs = sender.pacer.departs(size + _WIRE_EXTRA)
         if length >= _SEND_TIME.size:
-            _SEND_TIME.pack_into(self._tx, bth.BTH_LEN, time.monotonic_ns())
+            _SEND_TIME.pack_into(self._tx, bth.BTH_LEN, int(departs * 1e9))
         sock = sender.sockets[entropy.next()]
         try:
             sock.send(self._txview[:size])
@@ -422,16 +458,10 @@ class RoceEngine(Engine):
     def _on_listener(self, sock: socket.socket, _mask: int) -> None:
         rx = self._rx
         receivers = self.receivers
-        ecn = self.ecn
-        ce = False
+        offset_ns = time.time_ns() - time.monotonic_ns()
         for _ in range(256):
             try:
-                if ecn:
-                    n, ancillary, _, addr = sock.recvmsg_into([rx], _TOS_ANCILLARY)
-                    # IP_RECVTOS: one cmsg whose first byte is the TOS the packet arrived with
-                    ce = bool(ancillary) and ancillary[0][2][0] & CE == CE
-                else:
-                    n, addr = sock.recvfrom_into(rx)
+                n, ancillary, _, addr = sock.recvmsg_into([rx], _ANCILLARY)
             except BlockingIOError:
                 return
             except OSError:
@@ -446,23 +476,25 @@ class RoceEngine(Engine):
                 continue
             record, qp = entry
             if opcode in bth.DATA_OPCODES:
-                now = time.monotonic()
+                arrived_ns, ce = _arrival(ancillary, offset_ns)
+                now = arrived_ns / 1e9
+                wall = (arrived_ns + offset_ns) / 1e9
                 if record.start is None:
-                    record.start = time.time()
+                    record.start = wall
                 length = n - bth.BTH_LEN - bth.ICRC_LEN - ((flags >> 4) & 3)
                 sent_ns = _SEND_TIME.unpack_from(rx, bth.BTH_LEN)[0] if length >= 8 else 0
-                owd_us = (time.monotonic_ns() - sent_ns) // 1000 if sent_ns else 0
+                # stamps are when the NIC's shaped queue lets a packet go; where nothing
+                # shapes it (loopback) it arrives "early": still a measured delay
+                owd_us = max(1, (arrived_ns - sent_ns) // 1000) if sent_ns else 0
                 delivered = qp.bytes
                 urgent = qp.on_data(psn_word & bth.PSN_MASK, length, bool(psn_word >> 31), now,
                                     owd_us, addr[1] if flags & bth.ECHO_FLAG else 0)
                 if self.arrivals is not None and qp.bytes != delivered:
-                    self._log_arrival(qp.qpn, owd_us)
+                    self._log_arrival(qp.qpn, wall, owd_us)
                 self._reply[qp.qpn] = (sock, addr, record.transfer.dscp << 2)
                 finished = record.end is None and qp.complete
                 if finished:
-                    # stamp before the ACK: on loopback sending it can hand
-                    # the CPU to the sender, which would then finish "first"
-                    record.end = time.time()
+                    record.end = wall
                     record.bytes = qp.bytes
                 if ce and qp.on_ce(now):
                     self._send_control(qp, bth.cnp_packet(qp.qpn))
@@ -481,9 +513,8 @@ class RoceEngine(Engine):
             else:
                 self.bad_packets += 1
 
-    def _log_arrival(self, qpn: int, owd_us: int) -> None:
+    def _log_arrival(self, qpn: int, wall: float, owd_us: int) -> None:
         # all emulated hosts share one clock, so the sender's stamp is our time too
-        wall = time.time()
         self.arrivals.setdefault(qpn, array("d")).extend((wall, wall - owd_us * 1e-6))
 
     def _send_ack(self, qp: RecvQP) -> None:
@@ -495,8 +526,9 @@ class RoceEngine(Engine):
         sock, addr, tos = self._reply[qp.qpn]
         # it leaves by the same NIC as data: it takes its bytes from the NIC's
         # pacer, so data and control packets together stay within the link rate
-        self._pacer(sock.getsockname()[0], time.monotonic()).bucket.spend(
-            len(packet) + _WIRE_EXTRA)
+        pacer = self._pacer(sock.getsockname()[0], time.monotonic())
+        pacer.bucket.spend(len(packet) + _WIRE_EXTRA)
+        pacer.departs(len(packet) + _WIRE_EXTRA)
         try:
             if tos:
                 # the listener is shared by all traffic classes: set TOS per datagram

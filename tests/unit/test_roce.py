@@ -191,6 +191,66 @@ def test_dcqcn_data_is_ecn_capable_and_a_ce_mark_is_answered_with_one_cnp():
         sender.close()
 
 
+def test_delay_and_completion_are_measured_at_arrival_not_when_the_loop_reads():
+    """A receiver that gets to its socket 150 ms late still reports the packet's own
+    one-way delay in its ACK, and the arrival time as the completion."""
+    hosts = loopback_hosts(["a", "b"])
+    a_ip, b_ip = _ip(hosts, "a"), _ip(hosts, "b")
+    loop = EventLoop()
+    engine = RoceEngine(loop, TransportSpec(kind="roce"), [a_ip], lambda r: None,
+                        lambda r, e: None)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.bind((b_ip, 0))
+    sender.settimeout(2)
+    try:
+        engine.bind()
+        record = TransferRecord(Transfer("r", "b", "a", 100), "recv", qpn=0x300)
+        engine.add_recv(record)
+        payload = bth.SEND_TIME.pack(time.monotonic_ns()) + bytes(92)
+        sent_wall = time.time()
+        sender.sendto(bth.data_packet(bth.SEND_ONLY, 0x300, 0, payload, ackreq=True),
+                      (a_ip, bth.ROCE_PORT))
+        time.sleep(0.15)  # the agent waits for a core
+        loop.run_once(0.01)
+        ack = bth.parse_ack(sender.recv(4096))
+    finally:
+        engine.close()
+        loop.close()
+        sender.close()
+    assert ack.cum == 1
+    assert 1 <= ack.owd_us < 50_000  # not the 150 ms the packet sat in the socket
+    assert record.end is not None and record.end - sent_wall < 0.05
+
+
+def test_the_nic_clock_stamps_a_burst_a_packet_time_apart():
+    """Packets handed over together leave the shaped NIC one after the other: each is
+    stamped with its own departure, and an idle NIC sends at once."""
+    from fabric.agent.pacing import TokenBucket
+    from fabric.agent.roce import _Pacer
+
+    pacer = _Pacer(TokenBucket(1e6, 1e4, time.monotonic()))  # 1 MB/s: 1 ms per 1000 bytes
+    before = time.monotonic()
+    first, second, third = (pacer.departs(1000) for _ in range(3))
+    assert before <= first <= time.monotonic()
+    assert second - first == pytest.approx(0.001) and third - second == pytest.approx(0.001)
+    time.sleep(0.005)  # the NIC drained
+    woke = time.monotonic()
+    assert woke <= pacer.departs(1000) <= time.monotonic()
+
+
+def test_arrival_reads_the_kernel_stamp_and_the_ce_mark():
+    """Ancillary data as recvmsg returns it: a wall-clock stamp becomes monotonic time."""
+    from fabric.agent.roce import SO_TIMESTAMPNS, _arrival
+
+    stamp = struct.pack("qq", 1_000, 500)  # 1000 s + 500 ns, wall clock
+    offset = 400 * 10**9                   # wall minus monotonic
+    arrived, ce = _arrival([(socket.SOL_SOCKET, SO_TIMESTAMPNS, stamp),
+                            (socket.IPPROTO_IP, socket.IP_TOS, bytes([CE]))], offset)
+    assert arrived == 600 * 10**9 + 500 and ce
+    arrived, ce = _arrival([(socket.IPPROTO_IP, socket.IP_TOS, bytes([ECT0]))], offset)
+    assert not ce and abs(arrived - time.monotonic_ns()) < 10**8  # no stamp: now
+
+
 def test_ack_decodes_with_scapy_and_roundtrips():
     bitmap = bytes([0b00000101, 0x80])
     raw = bth.ack_packet(dqpn=0x345, cum=10, msn=1, kind=bth.ACK_KIND, trigger_psn=25,
