@@ -21,8 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--roce-port", type=int, default=None, help="default 4791")
     parser.add_argument("--connect-timeout", type=float, default=None,
                         help="seconds to keep retrying a TCP connect (default 5)")
+    parser.add_argument("--start-gate", action="store_true",
+                        help="print READY once listening, then read the start time "
+                             "(wall-clock seconds) from stdin instead of the plan's")
     args = parser.parse_args(argv)
-    options = AgentOptions()
+    options = AgentOptions(start_gate=args.start_gate)
     tcp, roce = options.tcp, options.roce
     if args.tcp_port is not None:
         tcp = dataclasses.replace(tcp, port=args.tcp_port)

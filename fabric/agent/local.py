@@ -52,8 +52,12 @@ def spare_address(hosts: dict[str, list[str]], offset: int = 100) -> str:
 
 
 def launch(plan: Plan, hosts: Iterable[str], workdir: Path,
-           extra_args: Sequence[str] = ()) -> dict[str, subprocess.Popen]:
+           extra_args: Sequence[str] = (), gated: bool = False) -> dict[str, subprocess.Popen]:
     """Write the plan and start one agent process per host.
+
+    ``gated`` gives each a stdin and stdout pipe (for ``--start-gate`` in
+    ``extra_args``: the agent says READY on stdout and reads its start time
+    from stdin).
 
     Returns
     -------
@@ -70,7 +74,9 @@ def launch(plan: Plan, hosts: Iterable[str], workdir: Path,
         procs[host] = subprocess.Popen(
             [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path), "--host", host,
              "--out", str(workdir / f"{host}.json"), *extra_args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+            stdin=subprocess.PIPE if gated else None,
+            stdout=subprocess.PIPE if gated else subprocess.DEVNULL,
+            stderr=subprocess.PIPE, env=env)
     return procs
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import resource
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ class _Terminated(Exception):
     """SIGTERM/SIGINT: stop, report what finished, exit 1."""
 
 
+READY = "READY"  # what a gated agent prints when it can receive
+
+
 @dataclass(frozen=True)
 class AgentOptions:
     """Agent tunables that are not part of the plan."""
@@ -43,6 +47,10 @@ class AgentOptions:
     tcp: TcpConfig = field(default_factory=TcpConfig)
     roce: RoceConfig = field(default_factory=RoceConfig)
     proc_net: Path = Path("/proc/net")
+    # once its listeners are bound, say READY on stdout and take the start time
+    # (wall clock) from a line on stdin: the launcher starts every agent together
+    # however long the slowest took to come up
+    start_gate: bool = False
 
 
 class Agent:
@@ -131,6 +139,20 @@ class Agent:
         self.loop.add_service(self._service)
         return True
 
+    def _await_start(self) -> bool:
+        """Say READY and read the start time from stdin; False when none came. (An
+        agent whose setup failed exits with its report instead: the launcher sees
+        its stdout close.)"""
+        sys.stdout.write(READY + "\n")
+        sys.stdout.flush()
+        line = sys.stdin.readline()
+        try:
+            self.start_at = float(line)
+        except ValueError:
+            self.errors.append(f"no start time from the launcher (got {line.strip()!r})")
+            return False
+        return True
+
     def _sends(self) -> list[TransferRecord]:
         return [r for r in self.records if r.role == SEND]
 
@@ -154,6 +176,8 @@ class Agent:
         for sig in previous:
             signal.signal(sig, _raise_terminated)
         try:
+            if ok and self.options.start_gate:
+                ok = self._await_start()
             if ok:
                 offset = time.monotonic() - time.time()
                 self.loop.call_at(self.start_at + offset, self._kick)

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import os
 import re
+import selectors
 import subprocess
 import sys
 import time
@@ -33,6 +34,10 @@ from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, Transfer, Tran
                                   validate_schedule)
 
 START_LEAD_S = 1.5  # agents need this long to start and listen before the common start
+# a fabric of many hosts starts its agents for longer than that: they say when they are
+# listening, and all get one start time this far ahead once the last one has
+GO_LEAD_S = 0.3
+READY_TIMEOUT_S = 60.0
 MIN_RTO_ROUTE_FLOOR_MS = 8  # HZ=250 kernels round smaller values up
 
 
@@ -185,6 +190,44 @@ def ingress_drops(emu: Emulation, endpoints: list[str]) -> dict[str, int]:
     return drops
 
 
+def start_together(agents: dict[str, subprocess.Popen], plan: Plan,
+                   timeout_s: float) -> list[str]:
+    """Wait until every gated agent is listening, then give them all one start time.
+
+    Each agent prints READY once its listeners are bound (or exits, when its
+    setup failed: it reports that itself). ``plan.start_at`` becomes the common
+    start, ``GO_LEAD_S`` from now or later. An agent that neither spoke nor
+    exited within ``timeout_s`` is stopped.
+
+    Returns
+    -------
+    list of str
+        One error per agent stopped.
+    """
+    waiting = {proc.stdout: ep for ep, proc in agents.items()}
+    with selectors.DefaultSelector() as selector:
+        for pipe, ep in waiting.items():
+            selector.register(pipe, selectors.EVENT_READ, ep)
+        end = time.monotonic() + timeout_s
+        while waiting and time.monotonic() < end:
+            for key, _ in selector.select(max(0.0, end - time.monotonic())):
+                key.fileobj.readline()  # READY, or b"" when the agent exited
+                selector.unregister(key.fileobj)
+                del waiting[key.fileobj]
+    errors = []
+    for ep in sorted(waiting.values()):
+        agents[ep].kill()
+        errors.append(f"agent on {ep} was not listening within {timeout_s:g} s; stopped")
+    plan.start_at = max(plan.start_at, time.time() + GO_LEAD_S)
+    for proc in agents.values():
+        try:
+            proc.stdin.write(f"{plan.start_at!r}\n".encode())
+            proc.stdin.close()
+        except OSError:
+            pass  # it exited (BrokenPipeError): its report says why
+    return errors
+
+
 def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = True,
              sample_interval_s: float = 0.2) -> TrafficResult:
     """Run ``plan`` on ``emu`` and collect results, measurements and fidelity checks.
@@ -223,9 +266,10 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
         for ep in involved:
             agents[ep] = emu.host(ep).popen(
                 [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path), "--host", ep,
-                 "--out", str(workdir / f"agent-{ep}.json")],
-                stdout=subprocess.DEVNULL, stderr=open(workdir / f"agent-{ep}.log", "wb"),
-                env=env, cwd=PROJECT_ROOT)
+                 "--out", str(workdir / f"agent-{ep}.json"), "--start-gate"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=open(workdir / f"agent-{ep}.log", "wb"), env=env, cwd=PROJECT_ROOT)
+        errors += start_together(agents, plan, READY_TIMEOUT_S)
         with LinkSampler(emu.graph, sample_interval_s) as sampler:
             time.sleep(max(0.0, plan.start_at - time.time()))
             fid.start()

@@ -248,3 +248,44 @@ def test_a_failed_timing_transfer_fails_what_is_timed_from_it(tmp_path: Path):
     # "t" never started, so nothing can time from it: failed at once, not at the deadline
     assert timed["start"] is None and "dependency t failed" in timed["error"]
     assert runs["a"].result["finished_at"] - plan.start_at < 8.0
+
+
+def test_gated_agents_start_at_the_time_they_are_given(tmp_path: Path):
+    """With --start-gate the plan's start time is ignored: each agent says READY once
+    listening and starts at the time written to its stdin (here 1 s after both spoke)."""
+    hosts = loopback_hosts(["a", "b"])
+    plan = Plan([Transfer("t", "a", "b", 20_000)], hosts, TransportSpec(kind="roce"),
+                start_at=time.time() - 100, deadline_s=20)  # long past: would start at once
+    procs = launch(plan, ["a", "b"], tmp_path, ["--start-gate"], gated=True)
+    try:
+        assert [p.stdout.readline() for p in procs.values()] == [b"READY\n"] * 2
+        start = time.time() + 1.0
+        for proc in procs.values():
+            proc.stdin.write(f"{start!r}\n".encode())
+            proc.stdin.close()
+        codes = [p.wait(30) for p in procs.values()]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    assert codes == [0, 0]
+    sent = json.loads((tmp_path / "a.json").read_text())["transfers"][0]
+    assert start <= sent["start"] < start + 0.5
+
+
+def test_a_gated_agent_without_a_start_time_fails_cleanly(tmp_path: Path):
+    hosts = loopback_hosts(["a", "b"])
+    plan = Plan([Transfer("t", "a", "b", 1000)], hosts, TransportSpec(kind="roce"))
+    procs = launch(plan, ["a"], tmp_path, ["--start-gate"], gated=True)
+    proc = procs["a"]
+    try:
+        assert proc.stdout.readline() == b"READY\n"
+        proc.stdin.close()  # the launcher went away
+        assert proc.wait(30) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    errors = json.loads((tmp_path / "a.json").read_text())["errors"]
+    assert any("no start time" in e for e in errors)
