@@ -4,7 +4,8 @@ Checks, each with its measured value and threshold:
 
 * ``ovs_input_delay_ms``: how long packets wait in ovs-vswitchd's receive
   sockets: the mean sampled backlog over the rate at which the switch
-  ports receive (Little's law). The kernel accounts the backlog in skb
+  ports receive (Little's law). At most 1 ms, or a tenth of a full-size
+  packet's time on a host link where that is longer (below 1.2 Mbit/s). The kernel accounts the backlog in skb
   truesize (a full-size frame takes 2304 bytes, a 60-byte ACK 832), so the
   arrival rate is converted to the same unit. The backlog is sampled every
   5 ms from /proc/net/packet: a light run carries only a few hundred
@@ -35,6 +36,10 @@ from fabric.emulation import ovs
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_OVS_INPUT_DELAY_MS = 1.0  # against idle RTTs of 0.7-3 ms across the fabric
+# ... or this share of a full-size packet's time on a host link, if that is longer:
+# what the emulated dynamics see is the delay in packet times, and below 1.2 Mbit/s
+# (large fabrics) a millisecond is less than a tenth of one
+INPUT_DELAY_PACKET_SHARE = 0.1
 BACKLOG_SAMPLE_S = 0.005
 # skb truesize of a received frame of ``len`` bytes is about this
 # overhead plus ``len`` (fitted to 60 -> 832 and 1514 -> 2304 bytes).
@@ -92,8 +97,15 @@ def truesize_bytes(nbytes: int, packets: int) -> float:
     return packets * TRUESIZE_OVERHEAD_BYTES + nbytes * TRUESIZE_PER_BYTE
 
 
+def input_delay_limit_ms(packet_time_s: float | None) -> float:
+    """The input-delay threshold for hosts whose full-size packet takes
+    ``packet_time_s`` (None: unknown, the absolute limit)."""
+    share = INPUT_DELAY_PACKET_SHARE * packet_time_s * 1e3 if packet_time_s else 0.0
+    return max(MAX_OVS_INPUT_DELAY_MS, round(share, 3))
+
+
 def input_delay_check(mean_backlog: float, rx_bytes: int, rx_packets: int,
-                      elapsed_s: float) -> Check:
+                      elapsed_s: float, packet_time_s: float | None = None) -> Check:
     """Mean wait in OVS's receive sockets by Little's law, in consistent units.
 
     Parameters
@@ -104,12 +116,15 @@ def input_delay_check(mean_backlog: float, rx_bytes: int, rx_packets: int,
         What the switch ports received over the run.
     elapsed_s : float
         Length of the run.
+    packet_time_s : float, optional
+        A full-size packet's time on a host link (sets the threshold, see
+        :func:`input_delay_limit_ms`).
     """
     elapsed_s = max(elapsed_s, 1e-6)
     arrivals = truesize_bytes(rx_bytes, rx_packets) / elapsed_s
     delay_ms = mean_backlog / arrivals * 1e3 if arrivals > 0 else 0.0
-    return Check("ovs_input_delay_ms", round(delay_ms, 3), MAX_OVS_INPUT_DELAY_MS,
-                 delay_ms <= MAX_OVS_INPUT_DELAY_MS,
+    limit = input_delay_limit_ms(packet_time_s)
+    return Check("ovs_input_delay_ms", round(delay_ms, 3), limit, delay_ms <= limit,
                  f"mean backlog {mean_backlog:.0f} bytes of skb memory while the switches "
                  f"received {rx_bytes * 8 / elapsed_s / 1e6:.1f} Mbit/s in "
                  f"{rx_packets / elapsed_s:.0f} packets/s")
@@ -122,10 +137,14 @@ class FidelityMonitor:
     ----------
     switch_ports : list of str
         The switches' interfaces, whose receive rate OVS must sustain.
+    packet_time_s : float, optional
+        A full-size packet's time on a host link (the input-delay threshold
+        grows with it below 1.2 Mbit/s).
     """
 
-    def __init__(self, switch_ports: list[str]) -> None:
+    def __init__(self, switch_ports: list[str], packet_time_s: float | None = None) -> None:
         self.switch_ports = switch_ports
+        self.packet_time_s = packet_time_s
         self.checks: list[Check] = []
         self._t0 = 0.0
         self._ovs_pid: int | None = None
@@ -163,7 +182,8 @@ class FidelityMonitor:
         rx_bytes, rx_packets = (now - before for now, before
                                 in zip(switch_rx(self.switch_ports), self._rx0))
         mean = sum(self._backlog) / len(self._backlog) if self._backlog else 0.0
-        checks.append(input_delay_check(mean, rx_bytes, rx_packets, elapsed))
+        checks.append(input_delay_check(mean, rx_bytes, rx_packets, elapsed,
+                                        self.packet_time_s))
         if self._ovs_pid:
             threads1 = thread_cpu_ticks(self._ovs_pid)
             used = {t: threads1[t] - self._threads0.get(t, 0) for t in threads1}

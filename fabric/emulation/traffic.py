@@ -24,6 +24,7 @@ from typing import Any
 import networkx as nx
 
 from fabric.emulation import fidelity
+from fabric.emulation.capacity import FULL_PACKET_BITS
 from fabric.emulation.flowmon import FlowKey, FlowMonitor, path_from_switches
 from fabric.emulation.hostconfig import ifb_name
 from fabric.emulation.linkstats import LinkSampler, LinkSeries
@@ -260,7 +261,9 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     drops_before = ingress_drops(emu, involved)
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
     agents: dict[str, subprocess.Popen] = {}
-    fid = fidelity.FidelityMonitor(emu.state.root_intfs)
+    rates = emu.report.rate_plan
+    fid = fidelity.FidelityMonitor(
+        emu.state.root_intfs, FULL_PACKET_BITS / (rates.host_mbps * 1e6) if rates else None)
     errors: list[str] = []
     try:
         for ep in involved:

@@ -38,3 +38,18 @@ def test_input_delay_is_littles_law_in_one_unit():
 def test_no_traffic_means_no_delay():
     assert fidelity.input_delay_check(0.0, 0, 0, 1.0).value == 0.0
     assert fidelity.input_delay_check(0.0, 0, 0, 0.0).ok
+
+
+def test_input_delay_limit_is_a_millisecond_or_a_tenth_of_a_packet_time():
+    """1 ms down to 1.2 Mbit/s hosts (a 1500-byte packet takes 10 ms there), then a
+    tenth of a packet time: 2.4 ms at 0.5 Mbit/s."""
+    assert fidelity.input_delay_limit_ms(None) == 1.0
+    assert fidelity.input_delay_limit_ms(12000 / 3e6) == 1.0      # 3 Mbit/s: 4 ms
+    assert fidelity.input_delay_limit_ms(12000 / 1.2e6) == 1.0    # 10 ms
+    assert fidelity.input_delay_limit_ms(12000 / 0.5e6) == pytest.approx(2.4)
+    # 2 ms of waiting: a fifth of a packet time at 0.5 Mbit/s, half of one at 3
+    slow_hosts = fidelity.input_delay_check(2 * 2304.0, 1514 * 1000, 1000, 1.0,
+                                            packet_time_s=12000 / 0.5e6)
+    assert slow_hosts.threshold == pytest.approx(2.4) and slow_hosts.ok
+    assert not fidelity.input_delay_check(2 * 2304.0, 1514 * 1000, 1000, 1.0,
+                                          packet_time_s=12000 / 3e6).ok
