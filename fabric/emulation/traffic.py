@@ -34,9 +34,10 @@ from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, Transfer, Tran
                                   destination_ip, source_ports, tcp_connection_keys,
                                   validate_schedule)
 
-START_LEAD_S = 1.5  # agents need this long to start and listen before the common start
-# a fabric of many hosts starts its agents for longer than that: they say when they are
-# listening, and all get one start time this far ahead once the last one has
+# a plan's provisional start; in an emulation the agents say when they are listening
+# (which takes longer the more hosts there are) and all get one start time this far
+# ahead once the last one has
+START_LEAD_S = 1.5
 GO_LEAD_S = 0.3
 READY_TIMEOUT_S = 60.0
 MIN_RTO_ROUTE_FLOOR_MS = 8  # HZ=250 kernels round smaller values up
@@ -197,8 +198,8 @@ def start_together(agents: dict[str, subprocess.Popen], plan: Plan,
 
     Each agent prints READY once its listeners are bound (or exits, when its
     setup failed: it reports that itself). ``plan.start_at`` becomes the common
-    start, ``GO_LEAD_S`` from now or later. An agent that neither spoke nor
-    exited within ``timeout_s`` is stopped.
+    start, ``GO_LEAD_S`` after the last one spoke. An agent that neither spoke
+    nor exited within ``timeout_s`` is stopped.
 
     Returns
     -------
@@ -219,7 +220,7 @@ def start_together(agents: dict[str, subprocess.Popen], plan: Plan,
     for ep in sorted(waiting.values()):
         agents[ep].kill()
         errors.append(f"agent on {ep} was not listening within {timeout_s:g} s; stopped")
-    plan.start_at = max(plan.start_at, time.time() + GO_LEAD_S)
+    plan.start_at = time.time() + GO_LEAD_S
     for proc in agents.values():
         try:
             proc.stdin.write(f"{plan.start_at!r}\n".encode())
@@ -238,8 +239,8 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     emu : Emulation
         A running fabric.
     plan : Plan
-        From :func:`build_plan`. Its ``start_at`` moves later when setting up
-        the path monitors left the agents less than ``START_LEAD_S``.
+        From :func:`build_plan`. Its ``start_at`` becomes the moment every
+        agent is listening, plus ``GO_LEAD_S`` (:func:`start_together`).
     workdir : Path
         Where the plan and the agents' reports are written.
     monitor_paths : bool
@@ -253,9 +254,6 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     monitor = FlowMonitor(emu.graph, keys) if monitor_paths else None
     if monitor:
         monitor.install()
-    # installing hundreds of monitors can outlast the plan's lead: agents started after
-    # start_at would each begin whenever they are up, not together
-    plan.start_at = max(plan.start_at, time.time() + START_LEAD_S)
     plan_path = workdir / "plan.json"
     plan.save(plan_path)
     drops_before = ingress_drops(emu, involved)
