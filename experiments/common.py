@@ -233,7 +233,7 @@ def warm_up(emu: Emulation, run: Scheduled, transport: TransportSpec, workdir: P
 
     The first traffic on a fresh fabric makes ovs-vswitchd build its flow
     caches while it forwards (measured on 64 hosts: every first run waited
-    longer in its sockets than the next two, by 0.3-1.4 ms). The result is not
+    longer in its sockets than the next two, by 0.2-1.4 ms). The result is not
     kept: whatever went wrong shows again in the measured run.
     """
     transfers = [replace(t, bytes=min(t.bytes, WARM_UP_PACKETS * transport.mtu_payload))

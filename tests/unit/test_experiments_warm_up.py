@@ -1,0 +1,34 @@
+"""Each bring-up's first measured run comes after an unmeasured warm-up (pure code)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from experiments import common
+from fabric.emulation import fidelity
+from fabric.traffic.model import Transfer, TransportSpec
+
+
+def test_the_first_run_is_preceded_by_a_few_packets_of_its_transfers(tmp_path: Path,
+                                                                     monkeypatch):
+    calls = []
+
+    def fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, during=None):
+        calls.append((Path(workdir).name, [t.bytes for t in transfers], seed))
+        return SimpleNamespace(transfer_rows=lambda: [], errors=[], fidelity=[])
+
+    monkeypatch.setattr(common, "traffic_run", fake_traffic)
+    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+        "idle_path_rate", 0.98, 0.9, True))
+    transport = TransportSpec("roce", mtu_payload=1000)
+    runs = [common.Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6),
+                                              Transfer("b", "h1", "h0", 500)], seed)
+            for seed in (7, 8)]
+    log = common.RunLog()
+    common.run_schedules(SimpleNamespace(save_controller_log=lambda path: None), runs,
+                         transport, tmp_path, common.Progress(2, "test"),
+                         lambda run, result, report: {}, log)
+    assert calls == [("warm-up", [common.WARM_UP_PACKETS * 1000, 500], 7),
+                     ("7", [10**6, 500], 7), ("8", [10**6, 500], 8)]
+    assert [row["seed"] for row in log.rows] == [7, 8]  # the warm-up is not a result
