@@ -74,7 +74,7 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
                                                 enforce_budget=False))
         emu.start()
     except CapacityError as exc:
-        print(f"  {rate:5.1f} Mbit/s per host: refused: {exc}")
+        print(f"  {rate:5g} Mbit/s per host: refused: {exc}")
         return
     beyond = " (beyond the budget)" if emu.report.rate_plan.headroom < 1 else ""
     try:
@@ -92,7 +92,7 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
     cpu = agents / len(rows)
     late = [a["wake_late"] for a in result.agents.values() if a.get("wake_late")]
     verdict = "ok" if all(c.ok for c in checks.values()) else "FAILED"
-    print(f"  {rate:5.1f} Mbit/s{beyond} x {len(rows)} flows: sum of flow goodputs {flows:6.1f} Mbit/s "
+    print(f"  {rate:5g} Mbit/s{beyond} x {len(rows)} flows: sum of flow goodputs {flows:6.1f} Mbit/s "
           f"({flows / rate / len(rows):5.1%} of offered), "
           f"OVS input delay {checks['ovs_input_delay_ms'].value:.2f} ms, "
           f"machine CPU {checks['machine_cpu'].value:.0%}, hidden drops "

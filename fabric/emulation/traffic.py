@@ -271,6 +271,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=open(workdir / f"agent-{ep}.log", "wb"), env=env, cwd=PROJECT_ROOT)
         errors += start_together(agents, plan, READY_TIMEOUT_S)
+        plan.save(plan_path)  # the start they were given (they have read the rest)
         with LinkSampler(emu.graph, sample_interval_s) as sampler:
             time.sleep(max(0.0, plan.start_at - time.time()))
             fid.start()
@@ -288,6 +289,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            proc.stdout.close()
     results = {}
     for ep in involved:
         try:
