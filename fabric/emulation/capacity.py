@@ -19,9 +19,16 @@ seemed to carry twice as much, but its hash collisions left links idle, so
 it never offered the full load. Loss-based ceilings (up to ~120 k
 packet-hops/s in DESIGN.md) overstate what is faithful by far more: OVS
 delays packets by milliseconds long before it drops any. One thread
-forwards whatever the port count (DESIGN.md saw no per-port cost from 48
-to 640 ports), so the budget is flat: ``USERSPACE_BUDGET_PKT_HOPS``
-full-size packet-hops per second, up to ``MAX_USERSPACE_PORTS`` ports.
+forwards whatever the port count (DESIGN.md saw no per-port cost in what it
+carries from 48 to 640 ports), so the budget is flat:
+``USERSPACE_BUDGET_PKT_HOPS`` full-size packet-hops per second, up to
+``MAX_USERSPACE_PORTS`` ports. The wait itself has a floor that grows with
+the ports, about 5 us each (the thread sweeps every socket): 0.2-0.25 ms on
+rail-clos's 48 under ECMP, about 1 ms on the 64-endpoint rail-clos's 192 even
+at 0.25 Mbit/s. There a packet takes 24-48 ms per link, and the input-delay
+check allows a tenth of that (:func:`fabric.emulation.fidelity.input_delay_limit_ms`);
+at its budget rate, 0.5 Mbit/s, it waited 0.7-2.4 ms (limit 2.4): valid, with
+little margin.
 
 Since the forwarding thread runs at real-time priority (see
 :mod:`fabric.emulation.ovs`) the switches keep up with about twice that
