@@ -86,12 +86,17 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
     rows = result.transfer_rows()
     start = min(r["send_start"] for r in rows)
     end = max(r["recv_end"] or 0 for r in rows)
+    span = end - start if end > start else float("nan")  # nan: nothing finished
     flows = sum(goodputs(result))  # each flow's bytes over its own completion time
     checks = {c.name: c for c in result.fidelity}
-    agents = sum(a.get("cpu_s", 0) for a in result.agents.values()) / (end - start)
+    agents = sum(a.get("cpu_s", 0) for a in result.agents.values()) / span
     cpu = agents / len(rows)
     late = [a["wake_late"] for a in result.agents.values() if a.get("wake_late")]
-    verdict = "ok" if all(c.ok for c in checks.values()) else "FAILED"
+    incomplete = sum(1 for r in rows if r["recv_end"] is None)
+    verdict = ("ok" if all(c.ok for c in checks.values()) and not incomplete
+               and not result.errors else "FAILED")
+    if incomplete:
+        verdict += f" ({incomplete} of {len(rows)} flows did not finish)"
     print(f"  {rate:5g} Mbit/s{beyond} x {len(rows)} flows: sum of flow goodputs {flows:6.1f} Mbit/s "
           f"({flows / rate / len(rows):5.1%} of offered), "
           f"OVS input delay {checks['ovs_input_delay_ms'].value:.2f} ms, "
