@@ -271,7 +271,8 @@ def test_gated_agents_start_at_the_time_they_are_given(tmp_path: Path):
             proc.wait()
     assert codes == [0, 0]
     sent = json.loads((tmp_path / "a.json").read_text())["transfers"][0]
-    assert start <= sent["start"] < start + 0.5
+    # (the plan's own start was 100 s ago: an ungated agent would have begun at once)
+    assert start <= sent["start"] < start + 5
 
 
 def test_a_gated_agent_without_a_start_time_fails_cleanly(tmp_path: Path):

@@ -222,20 +222,20 @@ def test_delay_and_completion_are_measured_at_arrival_not_when_the_loop_reads():
     assert record.end is not None and record.end - sent_wall < 0.05
 
 
-def test_the_nic_clock_stamps_a_burst_a_packet_time_apart():
+def test_the_nic_clock_stamps_a_burst_a_packet_time_apart(monkeypatch):
     """Packets handed over together leave the shaped NIC one after the other: each is
-    stamped with its own departure, and an idle NIC sends at once."""
+    stamped with its own departure, and an idle NIC sends at once (on a fake clock)."""
+    from fabric.agent import roce
     from fabric.agent.pacing import TokenBucket
-    from fabric.agent.roce import _Pacer
 
-    pacer = _Pacer(TokenBucket(1e6, 1e4, time.monotonic()))  # 1 MB/s: 1 ms per 1000 bytes
-    before = time.monotonic()
-    first, second, third = (pacer.departs(1000) for _ in range(3))
-    assert before <= first <= time.monotonic()
-    assert second - first == pytest.approx(0.001) and third - second == pytest.approx(0.001)
-    time.sleep(0.005)  # the NIC drained
-    woke = time.monotonic()
-    assert woke <= pacer.departs(1000) <= time.monotonic()
+    clock = [100.0]
+    monkeypatch.setattr(roce.time, "monotonic", lambda: clock[0])
+    pacer = roce._Pacer(TokenBucket(1e6, 1e4, 100.0))  # 1 MB/s: 1 ms per 1000 bytes
+    assert [pacer.departs(1000) for _ in range(3)] == pytest.approx([100.0, 100.001, 100.002])
+    clock[0] = 100.0025  # the burst's last packet is still leaving
+    assert pacer.departs(1000) == pytest.approx(100.003)
+    clock[0] = 100.010   # the NIC drained
+    assert pacer.departs(1000) == pytest.approx(100.010)
 
 
 def test_arrival_reads_the_kernel_stamp_and_the_ce_mark():
