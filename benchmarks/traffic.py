@@ -92,6 +92,9 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
     agents = sum(a.get("cpu_s", 0) for a in result.agents.values()) / span
     cpu = agents / len(rows)
     late = [a["wake_late"] for a in result.agents.values() if a.get("wake_late")]
+    wakeups = sum(a.get("wakeups", 0) for a in result.agents.values())
+    packets = sum(a.get("roce", {}).get(k, 0) for a in result.agents.values()
+                  for k in ("packets_sent", "packets_received"))
     incomplete = sum(1 for r in rows if r["recv_end"] is None)
     verdict = ("ok" if all(c.ok for c in checks.values()) and not incomplete
                and not result.errors else "FAILED")
@@ -115,6 +118,9 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
               f"{max(w['p99_ms'] for w in late):.2f} ms, longest stall "
               f"{max(w['max_ms'] for w in late):.1f} ms (a packet takes "
               f"{FULL_PACKET_BITS / (rate * 1e3):.1f} ms)")
+    if wakeups and packets:
+        print(f"      agents' loops woke {wakeups / packets:.2f} times per data packet sent "
+              f"or received ({wakeups / span / len(result.agents):.0f} wake-ups/s per agent)")
 
 
 def main() -> None:

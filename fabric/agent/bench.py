@@ -4,7 +4,7 @@
 [--loss 0.05 --hold 0.5 --delay-ms 4]`` runs a sender and a receiver agent on
 fresh loopback addresses (optionally through :mod:`fabric.agent.impair`) and
 prints goodput against the configured rate and each agent's CPU use per
-Mbit/s. Loopback only: nothing leaves the machine.
+Mbit/s and per data packet it sent or received. Loopback only: nothing leaves the machine.
 """
 
 from __future__ import annotations
@@ -62,12 +62,15 @@ def main(argv: list[str] | None = None) -> int:
         busy = result["finished_at"] - result["start_at"]
         goodput = row["bytes"] * 8 / (row["end"] - row["start"]) / 1e6
         cpu = result["cpu_s"] / busy * 100
+        packets = row.get("packets_sent" if role == "send" else "packets_received") or 1
         counters = {k: row[k] for k in ("packets_sent", "retransmitted", "lost_detected",
                                         "out_of_order", "duplicates", "cwnd_final")
                     if row.get(k) is not None}
         print(f"{host} ({role}): goodput {goodput:.2f} Mbit/s of {args.rate:g} configured "
               f"(wire {goodput * (args.mtu + DATA_OVERHEAD) / args.mtu:.2f}); "
-              f"CPU {cpu:.1f}% of a core = {cpu / goodput:.3f}% per Mbit/s; {counters}")
+              f"CPU {cpu:.1f}% of a core = {cpu / goodput:.3f}% per Mbit/s = "
+              f"{result['cpu_s'] / packets * 1e6:.1f} us per data packet {role[:4]}; "
+              f"{counters}")
     return 0 if ok else 1
 
 

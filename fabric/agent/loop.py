@@ -53,6 +53,7 @@ class EventLoop:
         self._stopped = False
         # seconds each wake-up that a timer or service asked for came after its time
         self.wake_late_s: list[float] = []
+        self.wakeups = 0  # returns from the selector: each costs a context switch or two
 
     # -- registration ------------------------------------------------------------------
     def add_service(self, service: Callable[[float], float | None]) -> None:
@@ -116,6 +117,7 @@ class EventLoop:
         timeout = max(0.0, wake - time.monotonic())
         events = self.selector.select(timeout)
         woke = time.monotonic()
+        self.wakeups += 1
         if woke >= wake and wake < now + max_wait:  # a deadline, not the idle cap
             self.wake_late_s.append(woke - wake)
         for key, mask in events:

@@ -332,7 +332,7 @@ class Agent:
                 "errors": errors, "warnings": warnings, "ok": self.succeeded,
                 "started_at": self.started_at, "finished_at": self.finished_at,
                 "start_at": self.start_at,
-                "cpu_s": round(cpu, 4),
+                "cpu_s": round(cpu, 4), "wakeups": self.loop.wakeups,
                 "wake_late": lateness_summary(self.loop.wake_late_s)}
 
 
