@@ -48,9 +48,10 @@ class TokenBucket:
         """Take ``nbytes`` (the balance may go negative)."""
         self.tokens -= nbytes
 
-    def ready_at(self, now: float) -> float:
-        """Monotonic time the balance is positive again."""
-        return now if self.tokens > 0 else now + (-self.tokens + 1) / self.rate
+    def ready_at(self, now: float, reserve: float = 0.0) -> float:
+        """Monotonic time the balance exceeds ``reserve`` bytes (positive by default)."""
+        short = reserve - self.tokens
+        return now if short < 0 else now + (short + 1) / self.rate
 
 
 def bucket_for(rate_mbps: float, packet_bytes: int, now: float,

@@ -136,6 +136,10 @@ class RoceConfig:
     linger_s: float = 1.0          # keep answering a finished QP until its CLOSE or this
     socket_buffer: int = 1 << 20
     port: int = ROCE_PORT
+    # a pacer waiting for tokens wakes when this many full packets may go, not one: each
+    # wake-up of the loop costs more CPU than the packet it sends, and the NIC's own
+    # shaped queue spaces the packets of a wake-up on the wire
+    wake_packets: int = 2
 
 
 class _Sender:
@@ -212,6 +216,8 @@ class RoceEngine(Engine):
                              max_rto_s=timers.max_rto * self.packet_time,
                              min_reorder_s=timers.min_reorder * self.packet_time)
         self.ack_delay_s = timers.ack_delay * self.packet_time
+        wire = spec.mtu_payload + bth.DATA_OVERHEAD
+        self._wake_reserve = (config.wake_packets - 1) * (wire + _WIRE_EXTRA)
         self.listeners: dict[str, socket.socket] = {}
         self.pacers: dict[str, _Pacer] = {}
         self.senders: dict[int, _Sender] = {}
@@ -309,10 +315,10 @@ class RoceEngine(Engine):
     def _pacer(self, src_ip: str, now: float) -> _Pacer:
         pacer = self.pacers.get(src_ip)
         if pacer is None:
-            wire = self.spec.mtu_payload + bth.DATA_OVERHEAD
+            wire = self.spec.mtu_payload + bth.DATA_OVERHEAD + _WIRE_EXTRA
             burst_s = max(self.config.timers.burst * self.packet_time, WAKE_SLACK_S)
             pacer = _Pacer(bucket_for(self.spec.rate_mbps or UNPLANNED_RATE_MBPS, wire, now,
-                                      burst_s, min_packets=2))
+                                      burst_s, min_packets=max(2, self.config.wake_packets)))
             self.pacers[src_ip] = pacer
         return pacer
 
@@ -578,7 +584,7 @@ class RoceEngine(Engine):
                         wake = paced
             bucket.tokens = tokens
             if tokens <= 0:
-                ready = bucket.ready_at(now)
+                ready = bucket.ready_at(now, self._wake_reserve)
                 if wake is None or ready < wake:
                     wake = ready
         for qp in list(self._ack_pending.values()):

@@ -238,6 +238,47 @@ def test_the_nic_clock_stamps_a_burst_a_packet_time_apart(monkeypatch):
     assert pacer.departs(1000) == pytest.approx(100.010)
 
 
+def test_a_bucket_is_ready_when_its_balance_exceeds_the_reserve():
+    from fabric.agent.pacing import TokenBucket
+
+    bucket = TokenBucket(1000.0, 5000.0, 0.0)  # 1000 bytes/s
+    bucket.spend(5300)                          # balance -300
+    assert bucket.ready_at(10.0) == pytest.approx(10.301)
+    assert bucket.ready_at(10.0, reserve=1000) == pytest.approx(11.301)
+    bucket.refill(2.0)                          # balance 1700
+    assert bucket.ready_at(10.0, reserve=1000) == 10.0
+
+
+@pytest.mark.parametrize("wake_packets", [1, 2, 3])
+def test_a_pacer_out_of_tokens_wakes_when_wake_packets_may_go(wake_packets):
+    """Each timer wake-up of the loop sends ``wake_packets`` packets (not one): the engine
+    asks to be woken when the bucket holds that many, and then sends them."""
+    from fabric.agent.roce import RoceConfig
+
+    hosts = loopback_hosts(["a", "b"])
+    src, dst = _ip(hosts, "a"), _ip(hosts, "b")
+    spec = TransportSpec(kind="roce", mtu_payload=1000, rate_mbps=8)  # 1 MB/s
+    loop = EventLoop()
+    engine = RoceEngine(loop, spec, [src], lambda r: None, lambda r, e: None,
+                        RoceConfig(wake_packets=wake_packets))
+    try:
+        record = TransferRecord(Transfer("t", "a", "b", 200_000), SEND, qpn=0x100,
+                                src_ip=src, dst_ip=dst)
+        engine.start_send(record, 100.0)
+        qp, bucket = engine.senders[0x100].qp, engine.pacers[src].bucket
+        wake = engine.service(100.0)        # spends the full bucket
+        assert bucket.tokens <= 0
+        sent = qp.packets_sent
+        bucket.refill(wake)
+        wire = 1000 + bth.DATA_OVERHEAD + 14 + 20 + 8
+        assert (wake_packets - 1) * wire < bucket.tokens <= (wake_packets - 1) * wire + 2
+        engine.service(wake)
+        assert qp.packets_sent - sent == wake_packets
+    finally:
+        engine.close()
+        loop.close()
+
+
 def test_arrival_reads_the_kernel_stamp_and_the_ce_mark():
     """Ancillary data as recvmsg returns it: a wall-clock stamp becomes monotonic time."""
     from fabric.agent.roce import SO_TIMESTAMPNS, _arrival
