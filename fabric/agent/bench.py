@@ -4,7 +4,8 @@
 [--loss 0.05 --hold 0.5 --delay-ms 4]`` runs a sender and a receiver agent on
 fresh loopback addresses (optionally through :mod:`fabric.agent.impair`) and
 prints goodput against the configured rate and each agent's CPU use per
-Mbit/s and per data packet it sent or received. Loopback only: nothing leaves the machine.
+Mbit/s and per data packet it sent or received. Loopback only: nothing
+leaves the machine.
 """
 
 from __future__ import annotations

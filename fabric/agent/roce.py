@@ -216,8 +216,11 @@ class RoceEngine(Engine):
                              max_rto_s=timers.max_rto * self.packet_time,
                              min_reorder_s=timers.min_reorder * self.packet_time)
         self.ack_delay_s = timers.ack_delay * self.packet_time
-        wire = spec.mtu_payload + bth.DATA_OVERHEAD
-        self._wake_reserve = (config.wake_packets - 1) * (wire + _WIRE_EXTRA)
+        if config.wake_packets < 1:
+            raise ValueError(f"wake_packets must be at least 1, got {config.wake_packets}")
+        # a full-size data packet as the pacer charges it
+        self._wire_packet = spec.mtu_payload + bth.DATA_OVERHEAD + _WIRE_EXTRA
+        self._wake_reserve = (config.wake_packets - 1) * self._wire_packet
         self.listeners: dict[str, socket.socket] = {}
         self.pacers: dict[str, _Pacer] = {}
         self.senders: dict[int, _Sender] = {}
@@ -315,10 +318,10 @@ class RoceEngine(Engine):
     def _pacer(self, src_ip: str, now: float) -> _Pacer:
         pacer = self.pacers.get(src_ip)
         if pacer is None:
-            wire = self.spec.mtu_payload + bth.DATA_OVERHEAD + _WIRE_EXTRA
             burst_s = max(self.config.timers.burst * self.packet_time, WAKE_SLACK_S)
-            pacer = _Pacer(bucket_for(self.spec.rate_mbps or UNPLANNED_RATE_MBPS, wire, now,
-                                      burst_s, min_packets=max(2, self.config.wake_packets)))
+            pacer = _Pacer(bucket_for(self.spec.rate_mbps or UNPLANNED_RATE_MBPS,
+                                      self._wire_packet, now, burst_s,
+                                      min_packets=max(2, self.config.wake_packets)))
             self.pacers[src_ip] = pacer
         return pacer
 

@@ -279,6 +279,18 @@ def test_a_pacer_out_of_tokens_wakes_when_wake_packets_may_go(wake_packets):
         loop.close()
 
 
+def test_a_wake_quantum_below_one_packet_is_refused():
+    from fabric.agent.roce import RoceConfig
+
+    loop = EventLoop()
+    try:
+        with pytest.raises(ValueError, match="wake_packets"):
+            RoceEngine(loop, TransportSpec(kind="roce"), ["127.0.0.1"], lambda r: None,
+                       lambda r, e: None, RoceConfig(wake_packets=0))
+    finally:
+        loop.close()
+
+
 def test_arrival_reads_the_kernel_stamp_and_the_ce_mark():
     """Ancillary data as recvmsg returns it: a wall-clock stamp becomes monotonic time."""
     from fabric.agent.roce import SO_TIMESTAMPNS, _arrival
