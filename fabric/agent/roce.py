@@ -228,6 +228,11 @@ class RoceEngine(Engine):
         self.receivers: dict[int, tuple[TransferRecord, RecvQP]] = {}
         self._reply: dict[int, tuple[socket.socket, tuple[str, int], int]] = {}
         self._ack_pending: dict[int, RecvQP] = {}
+        # what :meth:`service` last asked for, and whether anything it depends on changed
+        # since other than time (an ACK, a new transfer): a wake-up for a data packet
+        # alone then skips it, which on a loaded machine costs tens of us (cold caches)
+        self._due: float | None = None
+        self._dirty = True
         self._own: set[socket.socket] = set()  # every socket we opened, until closed
         # per-packet entropy: (src, dst, dscp, ports) -> sockets shared by its transfers,
         # and where in a pool the next transfer goes on: each transfer of a collective is
@@ -371,6 +376,7 @@ class RoceEngine(Engine):
         self.senders[record.qpn] = sender
         self._active[record.qpn] = sender
         pacer.active.append(sender)
+        self._dirty = True
         record.start = time.time()
         record.extra["src_ports"] = ports
         record.extra["first_port"] = entropy.rot  # index in src_ports of its first packet
@@ -400,6 +406,7 @@ class RoceEngine(Engine):
         return size + _WIRE_EXTRA
 
     def _on_ack_socket(self, sock: socket.socket, _mask: int) -> None:
+        self._dirty = True  # windows, rates and entropy move
         rx, view = self._rx, self._rxview
         for _ in range(256):
             try:
@@ -511,6 +518,9 @@ class RoceEngine(Engine):
                     self._send_ack(qp)
                 elif qp.pending:
                     self._ack_pending[qp.qpn] = qp
+                    due = qp.pending_since + self.ack_delay_s
+                    if self._due is None or due < self._due:
+                        self._due = due
                 if finished:
                     self.on_done(record)
             elif opcode == bth.ACKNOWLEDGE:
@@ -551,6 +561,9 @@ class RoceEngine(Engine):
     # -- timers ------------------------------------------------------------------------
     def service(self, now: float) -> float | None:
         """Loss timers, pacing and delayed ACKs; return when to run next."""
+        if not self._dirty and (self._due is None or now < self._due):
+            return self._due
+        self._dirty = False
         wake: float | None = None
         for sender in list(self._active.values()):
             if sender.record.finished:  # failed by the runner (deadline)
@@ -567,6 +580,7 @@ class RoceEngine(Engine):
                 due = qp.deadline()
             if due is not None and (wake is None or due < wake):
                 wake = due
+        sent: set[_Sender] = set()
         for pacer in self.pacers.values():
             active = pacer.active
             if not active:
@@ -580,6 +594,7 @@ class RoceEngine(Engine):
                 if sender.qp.can_send(now):
                     idle = 0
                     tokens -= self._send_data(sender, now)
+                    sent.add(sender)
                 else:
                     idle += 1
                     paced = sender.qp.paced_until(now)
@@ -590,6 +605,10 @@ class RoceEngine(Engine):
                 ready = bucket.ready_at(now, self._wake_reserve)
                 if wake is None or ready < wake:
                     wake = ready
+        for sender in sent:  # what they just sent may start a loss timer
+            due = sender.qp.deadline()
+            if due is not None and (wake is None or due < wake):
+                wake = due
         for qp in list(self._ack_pending.values()):
             due = qp.ack_due()
             if due is None:
@@ -598,6 +617,7 @@ class RoceEngine(Engine):
                 self._send_ack(qp)
             elif wake is None or due < wake:
                 wake = due
+        self._due = wake
         return wake
 
     def linger_until(self) -> float | None:

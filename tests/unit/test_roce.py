@@ -279,6 +279,34 @@ def test_a_pacer_out_of_tokens_wakes_when_wake_packets_may_go(wake_packets):
         loop.close()
 
 
+def test_packets_nobody_acknowledges_are_resent_on_the_timeout():
+    """The engine skips its service on wake-ups that changed nothing but the time: the
+    loss timer of what it just sent must still be in the wake-up it asks for."""
+    hosts = loopback_hosts(["a", "b"])
+    src, dst = _ip(hosts, "a"), _ip(hosts, "b")
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind((dst, bth.ROCE_PORT))  # takes the packets, never answers
+    loop = EventLoop()
+    engine = RoceEngine(loop, TransportSpec(kind="roce", rate_mbps=50), [src],
+                        lambda r: None, lambda r, e: None)
+    loop.add_service(engine.service)
+    try:
+        record = TransferRecord(Transfer("t", "a", "b", 3000), SEND, qpn=0x100,
+                                src_ip=src, dst_ip=dst)
+        engine.start_send(record, time.monotonic())
+        qp = engine.senders[0x100].qp
+        rto_s = qp.rto
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end and not qp.rto_count:
+            loop.run_once(0.05)
+        assert rto_s < 0.05  # 50 packet times at 50 Mbit/s: the loop had 10 timeouts' time
+        assert qp.rto_count >= 1 and qp.retransmitted >= 1
+    finally:
+        engine.close()
+        loop.close()
+        sink.close()
+
+
 def test_a_wake_quantum_below_one_packet_is_refused():
     from fabric.agent.roce import RoceConfig
 
