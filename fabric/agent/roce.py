@@ -518,8 +518,8 @@ class RoceEngine(Engine):
                     self._send_ack(qp)
                 elif qp.pending:
                     self._ack_pending[qp.qpn] = qp
-                    due = qp.pending_since + self.ack_delay_s
-                    if self._due is None or due < self._due:
+                    due = qp.ack_due()
+                    if due is not None and (self._due is None or due < self._due):
                         self._due = due
                 if finished:
                     self.on_done(record)
@@ -560,7 +560,11 @@ class RoceEngine(Engine):
 
     # -- timers ------------------------------------------------------------------------
     def service(self, now: float) -> float | None:
-        """Loss timers, pacing and delayed ACKs; return when to run next."""
+        """Loss timers, pacing and delayed ACKs; return when to run next.
+
+        When nothing but time changed since the last call (no ACK, CNP or new
+        transfer) and what it asked for is not due, it answers the same again.
+        """
         if not self._dirty and (self._due is None or now < self._due):
             return self._due
         self._dirty = False
