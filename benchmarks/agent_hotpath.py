@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import sys
 import time
 
 from fabric.agent import bth
@@ -124,4 +125,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # every socket is closed by the finally blocks
+        sys.exit("agent_hotpath: interrupted")
