@@ -218,8 +218,9 @@ class RoceEngine(Engine):
         self.ack_delay_s = timers.ack_delay * self.packet_time
         if config.wake_packets < 1:
             raise ValueError(f"wake_packets must be at least 1, got {config.wake_packets}")
-        # a full-size data packet as the pacer charges it
-        self._wire_packet = spec.mtu_payload + bth.DATA_OVERHEAD + _WIRE_EXTRA
+        # a full-size data packet as the pacer charges it (DATA_OVERHEAD has the
+        # Ethernet, IPv4 and UDP headers already)
+        self._wire_packet = spec.mtu_payload + bth.DATA_OVERHEAD
         self._wake_reserve = (config.wake_packets - 1) * self._wire_packet
         self.listeners: dict[str, socket.socket] = {}
         self.pacers: dict[str, _Pacer] = {}
