@@ -6,8 +6,9 @@ Checks, each with its measured value and threshold:
   sockets: the mean sampled backlog over the rate at which the switch
   ports receive (Little's law). At most 1 ms, or a tenth of a full-size
   packet's time on a host link where that is longer (below 1.2 Mbit/s). The kernel accounts the backlog in skb
-  truesize (a full-size frame takes 2304 bytes, a 60-byte ACK 832), so the
-  arrival rate is converted to the same unit. The backlog is sampled every
+  truesize (a 1514-byte frame takes 2304 bytes, a 4154-byte one 8448, a
+  60-byte ACK 832: power-of-two slabs), so the arrival rate is converted to the
+  same unit, knowing the run's full-size frame. The backlog is sampled every
   5 ms from /proc/net/packet: a light run carries only a few hundred
   packets in bursts of a few ms, and at 20 ms one sample that happened to
   land on a burst could double its estimate (4-sender incast runs read up to
@@ -41,10 +42,14 @@ MAX_OVS_INPUT_DELAY_MS = 1.0  # against idle RTTs of 0.7-3 ms across the fabric
 # (large fabrics) a millisecond is less than a tenth of one
 INPUT_DELAY_PACKET_SHARE = 0.1
 BACKLOG_SAMPLE_S = 0.005
-# skb truesize of a received frame of ``len`` bytes is about this
-# overhead plus ``len`` (fitted to 60 -> 832 and 1514 -> 2304 bytes).
-TRUESIZE_OVERHEAD_BYTES = 771
-TRUESIZE_PER_BYTE = 1.012
+# skb truesize of received frames (measured on veth into an AF_PACKET socket, as
+# ovs-vswitchd reads its ports): the kernel allocates a frame's data with its headroom
+# and shared info (~384 bytes) in a power-of-two slab, plus ~256 bytes of sk_buff. A
+# 60-byte ACK takes 832, a 1514-byte frame 2304-2391, a 4154-byte one 8448-9024.
+SMALL_FRAME_BYTES, SMALL_FRAME_TRUESIZE = 60, 832
+SKB_DATA_EXTRA_BYTES = 384
+SKB_STRUCT_BYTES = 256
+DEFAULT_FRAME_BYTES = 1514
 MAX_MACHINE_CPU = 0.95
 MIN_IDLE_PATH_RATE = 0.90
 
@@ -92,9 +97,18 @@ def switch_rx(devices: list[str]) -> tuple[int, int]:
     return nbytes, packets
 
 
-def truesize_bytes(nbytes: int, packets: int) -> float:
-    """Receive memory ``packets`` frames totalling ``nbytes`` take in a socket."""
-    return packets * TRUESIZE_OVERHEAD_BYTES + nbytes * TRUESIZE_PER_BYTE
+def frame_truesize(frame_bytes: int) -> int:
+    """Receive memory one frame of ``frame_bytes`` takes in a socket (power-of-two slab)."""
+    return (1 << (frame_bytes + SKB_DATA_EXTRA_BYTES - 1).bit_length()) + SKB_STRUCT_BYTES
+
+
+def truesize_bytes(nbytes: int, packets: int, frame_bytes: int = DEFAULT_FRAME_BYTES) -> float:
+    """Receive memory ``packets`` frames totalling ``nbytes`` take in a socket, when
+    they are full-size frames of ``frame_bytes`` and small ACKs: linear between the
+    two, since only the totals are known."""
+    per_byte = ((frame_truesize(frame_bytes) - SMALL_FRAME_TRUESIZE)
+                / (frame_bytes - SMALL_FRAME_BYTES))
+    return packets * (SMALL_FRAME_TRUESIZE - SMALL_FRAME_BYTES * per_byte) + nbytes * per_byte
 
 
 def input_delay_limit_ms(packet_time_s: float | None) -> float:
@@ -105,7 +119,8 @@ def input_delay_limit_ms(packet_time_s: float | None) -> float:
 
 
 def input_delay_check(mean_backlog: float, rx_bytes: int, rx_packets: int,
-                      elapsed_s: float, packet_time_s: float | None = None) -> Check:
+                      elapsed_s: float, packet_time_s: float | None = None,
+                      frame_bytes: int = DEFAULT_FRAME_BYTES) -> Check:
     """Mean wait in OVS's receive sockets by Little's law, in consistent units.
 
     Parameters
@@ -119,9 +134,12 @@ def input_delay_check(mean_backlog: float, rx_bytes: int, rx_packets: int,
     packet_time_s : float, optional
         A full-size packet's time on a host link (sets the threshold, see
         :func:`input_delay_limit_ms`).
+    frame_bytes : int
+        Wire bytes of the run's full-size frames (converts the arrivals to
+        truesize, :func:`truesize_bytes`).
     """
     elapsed_s = max(elapsed_s, 1e-6)
-    arrivals = truesize_bytes(rx_bytes, rx_packets) / elapsed_s
+    arrivals = truesize_bytes(rx_bytes, rx_packets, frame_bytes) / elapsed_s
     delay_ms = mean_backlog / arrivals * 1e3 if arrivals > 0 else 0.0
     limit = input_delay_limit_ms(packet_time_s)
     return Check("ovs_input_delay_ms", round(delay_ms, 3), limit, delay_ms <= limit,
@@ -140,11 +158,14 @@ class FidelityMonitor:
     packet_time_s : float, optional
         A full-size packet's time on a host link (the input-delay threshold
         grows with it below 1.2 Mbit/s).
+    frame_bytes : int
+        Wire bytes of the run's full-size frames.
     """
 
-    def __init__(self, switch_ports: list[str], packet_time_s: float | None = None) -> None:
+    def __init__(self, switch_ports: list[str], packet_time_s: float | None = None,
+                 frame_bytes: int = DEFAULT_FRAME_BYTES) -> None:
         self.switch_ports = switch_ports
-        self.packet_time_s = packet_time_s
+        self.packet_time_s, self.frame_bytes = packet_time_s, frame_bytes
         self.checks: list[Check] = []
         self._t0 = 0.0
         self._ovs_pid: int | None = None
@@ -183,7 +204,7 @@ class FidelityMonitor:
                                 in zip(switch_rx(self.switch_ports), self._rx0))
         mean = sum(self._backlog) / len(self._backlog) if self._backlog else 0.0
         checks.append(input_delay_check(mean, rx_bytes, rx_packets, elapsed,
-                                        self.packet_time_s))
+                                        self.packet_time_s, self.frame_bytes))
         if self._ovs_pid:
             threads1 = thread_cpu_ticks(self._ovs_pid)
             used = {t: threads1[t] - self._threads0.get(t, 0) for t in threads1}

@@ -24,6 +24,17 @@ def test_backlog_sums_bound_sockets_of_the_process_only():
 def test_truesize_matches_the_kernels_accounting_of_data_and_acks():
     assert fidelity.truesize_bytes(1514, 1) == pytest.approx(2304, rel=0.01)
     assert fidelity.truesize_bytes(60, 1) == pytest.approx(832, rel=0.01)
+    # measured into an AF_PACKET socket on veth: power-of-two slabs, not linear
+    assert fidelity.frame_truesize(1514) == 2304
+    assert fidelity.frame_truesize(4154) == 8448
+    assert fidelity.truesize_bytes(4154, 1, frame_bytes=4154) == pytest.approx(8448)
+    assert fidelity.truesize_bytes(60, 1, frame_bytes=4154) == pytest.approx(832)
+
+
+def test_a_run_of_jumbo_frames_converts_its_arrivals_with_their_truesize():
+    # 1000 frames of 4154 bytes/s, one frame (8448 bytes of skb memory) queued: 1 ms
+    check = fidelity.input_delay_check(8448.0, 4154 * 1000, 1000, 1.0, frame_bytes=4154)
+    assert check.value == pytest.approx(1.0, rel=0.001)
 
 
 def test_input_delay_is_littles_law_in_one_unit():
