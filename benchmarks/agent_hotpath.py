@@ -1,6 +1,6 @@
 """The RoCE engine's own cost per packet, with no event-loop wake-up in between.
 
-``python benchmarks/agent_hotpath.py [--batches 40] [--batch 200] [--mtu 1400]``
+``python benchmarks/agent_hotpath.py [--batches 40] [--batch 200] [--mtu 4096]``
 (no root; loopback only). Receiving: a socket fills the engine's listener with
 ``--batch`` data packets of one message, then a single loop iteration reads
 them all (and sends their ACKs). Sending: an engine with an unlimited pacer and
@@ -25,7 +25,7 @@ from fabric.agent.local import loopback_hosts
 from fabric.agent.loop import EventLoop
 from fabric.agent.records import SEND, TransferRecord
 from fabric.agent.roce import RoceEngine
-from fabric.traffic.model import Transfer, TransportSpec
+from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_MTUS, Transfer, TransportSpec
 
 
 def _drain(sock: socket.socket) -> None:
@@ -110,10 +110,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--batch", type=int, default=200,
                         help="packets per loop iteration (at most ~400: socket buffer)")
-    parser.add_argument("--mtu", type=int, default=1400, help="payload bytes per packet")
+    parser.add_argument("--mtu", type=int, default=DEFAULT_ROCE_MTU,
+                        help=f"payload bytes per packet (default {DEFAULT_ROCE_MTU})")
     args = parser.parse_args()
-    if not 1 <= args.batch <= 400 or args.batches < 1 or not 64 <= args.mtu <= 8192:
-        parser.error("--batch 1-400, --batches >= 1, --mtu 64-8192")
+    if not 1 <= args.batch <= 400 or args.batches < 1 or not ROCE_MTUS[0] <= args.mtu <= ROCE_MTUS[-1]:
+        parser.error(f"--batch 1-400, --batches >= 1, --mtu {ROCE_MTUS[0]}-{ROCE_MTUS[-1]}")
     hosts = loopback_hosts(["a", "b"])
     own, peer = (hosts[h][0].split("/")[0] for h in ("a", "b"))
     spec = TransportSpec(kind="roce", rate_mbps=12, mtu_payload=args.mtu, entropy="packet")

@@ -31,6 +31,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import topologies
@@ -38,7 +39,7 @@ from fabric import argtypes
 from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions, ecn
 from fabric.emulation.network import tcp_congestion_controls
-from fabric.emulation.shaping import MTU_BYTES
+from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.model import graph as fg
 from fabric.traffic import ideal
@@ -52,8 +53,9 @@ class QueueSampler:
     """Backlog of a device's qdiscs (packets), and of its ECN marker's virtual queue
     beside the real one (full-size packets' worth of bytes), sampled in a thread."""
 
-    def __init__(self, dev: str, link_mbps: float, interval_s: float = 0.02) -> None:
-        self.dev, self.interval_s = dev, interval_s
+    def __init__(self, dev: str, link_mbps: float, frame_bytes: int,
+                 interval_s: float = 0.02) -> None:
+        self.dev, self.interval_s, self.frame_bytes = dev, interval_s, frame_bytes
         self.bytes_per_s = link_mbps * 1e6 / 8
         self.samples: list[int] = []
         # (real, virtual before, virtual after tc read it), in full-size packets
@@ -66,7 +68,7 @@ class QueueSampler:
     def _virtual(self) -> float:
         assert self.marker is not None
         now = time.monotonic_ns()  # the marker's clock (bpf_ktime_get_ns)
-        return self.marker.read().backlog_s(now) * self.bytes_per_s / MTU_BYTES
+        return self.marker.read().backlog_s(now) * self.bytes_per_s / self.frame_bytes
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -78,7 +80,7 @@ class QueueSampler:
             leaves = re.findall(r"pfifo_head_drop.*?backlog (\S+) (\d+)p", out, re.S)
             self.samples.append(sum(int(p) for _, p in leaves))
             if self.marker:
-                real = sum(_tc_bytes(b) for b, _ in leaves) / MTU_BYTES
+                real = sum(_tc_bytes(b) for b, _ in leaves) / self.frame_bytes
                 self.samples_ecn.append((real, before, after))
 
     def __enter__(self) -> "QueueSampler":
@@ -116,7 +118,8 @@ def run_one(emu: Emulation, transport: TransportSpec, nbytes: int, workdir: Path
     receivers = [h for h in fg.endpoints(graph) if h.startswith("l1")]
     transfers = [Transfer(f"f{i}", s, r, nbytes) for i, (s, r) in
                  enumerate(zip(senders, receivers))]
-    with QueueSampler(bottleneck, link_mbps) as queue:
+    frame = transport.packet_bytes + ETHERNET_HEADER_BYTES
+    with QueueSampler(bottleneck, link_mbps, frame) as queue:
         result = run_plan(emu, build_plan(emu, transfers, transport), workdir)
     rows = result.transfer_rows()
     rates = [r["bytes"] * 8 / r["fct_s"] / 1e6 for r in rows if r["fct_s"]]
@@ -172,13 +175,14 @@ def main() -> None:
     nbytes = int(args.mbps * 1e6 / 8 * args.seconds / 4)
     print(f"{SPEC}: 4 flows through {bottleneck} at {args.mbps:g} Mbit/s, "
           f"{args.queue_pkts}-packet buffers")
-    options = EmulationOptions(host_mbps=args.mbps, queue_pkts=args.queue_pkts, busy_links=4)
+    roce = TransportSpec("roce")
+    options = EmulationOptions(host_mbps=args.mbps, queue_pkts=args.queue_pkts, busy_links=4,
+                               packet_bytes=roce.packet_bytes)
     with Emulation(graph, options) as emu:
         link = emu.report.rate_plan.link_mbps[frozenset(("l0", "s0"))]
         for cc in CONGESTION_CONTROLS:
-            out = run_one(emu, TransportSpec("roce", cc=cc), nbytes, workdir / cc, bottleneck,
-                          link)
-            report(f"roce {cc}", out, link, ideal.transport_overhead("roce"))
+            out = run_one(emu, replace(roce, cc=cc), nbytes, workdir / cc, bottleneck, link)
+            report(f"roce {cc}", out, link, ideal.transport_overhead("roce", roce.mtu_payload))
     for cc in tcp_congestion_controls():
         with Emulation(graph, EmulationOptions(host_mbps=args.mbps, queue_pkts=args.queue_pkts,
                                                busy_links=4, tcp_cc=cc)) as emu:

@@ -16,7 +16,7 @@ Prints, per fabric:
 
 Usage::
 
-    sudo .venv/bin/python benchmarks/traffic.py [SPEC ...] [--rates 2,3,4.5,6]
+    sudo .venv/bin/python benchmarks/traffic.py [SPEC ...] [--rates 2,3,4.5,6] [--roce-mtu 4096]
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from pathlib import Path
 import topologies
 from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions
-from fabric.emulation.capacity import FULL_PACKET_BITS, CapacityError
+from fabric.emulation.capacity import CapacityError
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.model import graph as fg
 from fabric.traffic.metrics import jain_fairness
-from fabric.traffic.model import Transfer, TransportSpec
+from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_MTUS, Transfer, TransportSpec
 
 
 def goodputs(result) -> list[float]:
@@ -61,7 +61,8 @@ def single_and_fair(spec: str, workdir: Path) -> None:
                   f"Mbit/s, Jain {jain_fairness(rates):.3f}")
 
 
-def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
+def aggregate(spec: str, rate: float, workdir: Path, kind: str,
+              roce_mtu: int = DEFAULT_ROCE_MTU) -> None:
     """A permutation at ``rate`` per host link: sustained goodput and fidelity."""
     graph = topologies.build(spec)
     hosts = [e for e in fg.endpoints(graph) if graph.nodes[e]["role"] == "host"]
@@ -69,17 +70,19 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
     nbytes = int(rate * 1e6 / 8 * 3)  # about three seconds at line rate
     transfers = [Transfer(f"p{i}", h, hosts[(i + half) % len(hosts)], nbytes)
                  for i, h in enumerate(hosts)]
+    transport = TransportSpec(kind, entropy="packet" if kind == "roce" else "flow",
+                              rate_mbps=rate, mtu_payload=roce_mtu)
     try:
         emu = Emulation(graph, EmulationOptions(policy="spray", host_mbps=rate,
-                                                enforce_budget=False))
+                                                enforce_budget=False,
+                                                packet_bytes=transport.packet_bytes))
         emu.start()
     except CapacityError as exc:
         print(f"  {rate:5g} Mbit/s per host: refused: {exc}")
         return
-    beyond = " (beyond the budget)" if emu.report.rate_plan.headroom < 1 else ""
+    plan = emu.report.rate_plan
+    beyond = " (beyond the budget)" if plan.headroom < 1 else ""
     try:
-        transport = TransportSpec(kind, entropy="packet" if kind == "roce" else "flow",
-                                  rate_mbps=rate)
         result = run_plan(emu, build_plan(emu, transfers, transport), workdir / f"perm-{rate:g}")
     finally:
         emu.stop()
@@ -100,7 +103,9 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
                and not result.errors else "FAILED")
     if incomplete:
         verdict += f" ({incomplete} of {len(rows)} flows did not finish)"
-    print(f"  {rate:5g} Mbit/s{beyond} x {len(rows)} flows: sum of flow goodputs {flows:6.1f} Mbit/s "
+    print(f"  {rate:5g} Mbit/s{beyond} x {len(rows)} flows of {transport.packet_bytes}-byte "
+          f"packets ({plan.demand_pkt_hops / 1e3:.1f} k packet-hops/s at full load): "
+          f"sum of flow goodputs {flows:6.1f} Mbit/s "
           f"({flows / rate / len(rows):5.1%} of offered), "
           f"OVS input delay {checks['ovs_input_delay_ms'].value:.2f} ms, "
           f"machine CPU {checks['machine_cpu'].value:.0%}, hidden drops "
@@ -117,7 +122,7 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str) -> None:
               f"{statistics.median(w['p99_ms'] for w in late):.2f} ms; worst agent p99 "
               f"{max(w['p99_ms'] for w in late):.2f} ms, longest stall "
               f"{max(w['max_ms'] for w in late):.1f} ms (a packet takes "
-              f"{FULL_PACKET_BITS / (rate * 1e3):.1f} ms)")
+              f"{plan.packet_s * 1e3:.1f} ms)")
     if wakeups and packets:
         print(f"      agents' loops woke {wakeups / packets:.2f} times per data packet sent "
               f"or received ({wakeups / span / len(result.agents):.0f} wake-ups/s per agent)")
@@ -131,6 +136,9 @@ def main() -> None:
     parser.add_argument("--transport", choices=("tcp", "roce"), default="roce",
                         help="aggregate runs: sprayed roce (full load) or tcp (ECMP, "
                              "collisions leave links idle)"),
+    parser.add_argument("--roce-mtu", type=int, choices=ROCE_MTUS, default=DEFAULT_ROCE_MTU,
+                        help="aggregate roce runs: payload bytes per packet "
+                             f"(default {DEFAULT_ROCE_MTU})")
     parser.add_argument("--skip-single", action="store_true")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
@@ -139,7 +147,7 @@ def main() -> None:
         if not args.skip_single:
             single_and_fair(spec, workdir / spec)
         for rate in (float(r) for r in args.rates.split(",")):
-            aggregate(spec, rate, workdir / spec, args.transport)
+            aggregate(spec, rate, workdir / spec, args.transport, args.roce_mtu)
 
 
 if __name__ == "__main__":

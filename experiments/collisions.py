@@ -30,7 +30,7 @@ from fabric.emulation import Emulation, capacity
 from fabric.model import graph as fg
 from fabric.traffic import collectives, synthetic
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
-from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, Transfer, TransportSpec
+from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, Transfer
 from fabric.traffic.placement import rank_hosts
 
 NAME = "collisions"
@@ -146,12 +146,14 @@ def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps:
                  grid: list[tuple[str, str]], seeds: list[int], progress: Progress,
                  log: RunLog, link_rows: list[dict[str, Any]]) -> None:
     """One fabric at one rate: the idle check, then every (pattern, cc) x seed run on it."""
+    packet_bytes = ctx.roce().packet_bytes
     if policy in POLICIES:
         entropy = "flow" if policy == "ecmp" else ctx.spray_entropy
-        options = ctx.options(policy=policy, host_mbps=host_mbps)
+        options = ctx.options(policy=policy, host_mbps=host_mbps, packet_bytes=packet_bytes)
     else:  # the user's app routes; the senders do what its entropy says
         entropy = ctx.app_entropy
-        options = ctx.options(host_mbps=host_mbps, controller_app=ctx.controller_app)
+        options = ctx.options(host_mbps=host_mbps, controller_app=ctx.controller_app,
+                              packet_bytes=packet_bytes)
     spray = entropy != "flow"
     with Emulation(graph, options) as emu:
         plan = emu.report.rate_plan
@@ -187,8 +189,7 @@ def _one_bringup(ctx: RunContext, spec: str, graph: Any, policy: str, host_mbps:
                     "valid": report["valid"]}
 
         for cc in sorted({cc for _, cc in grid}):
-            transport = TransportSpec("roce", entropy=entropy, entropy_ports=ENTROPY_PORTS,
-                                      cc=cc)
+            transport = ctx.roce(entropy=entropy, entropy_ports=ENTROPY_PORTS, cc=cc)
 
             def runs(cc: str = cc) -> Iterator[Scheduled]:
                 for pattern in [p for p, c in grid if c == cc]:
@@ -230,7 +231,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
     log, link_rows = RunLog(), []
     for spec in topos:
         graph = topologies.build(spec)
-        base_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph)
+        base_mbps = ctx.host_mbps or capacity.auto_host_mbps(
+            graph, packet_bytes=ctx.roce().packet_bytes)
         for policy in policies:
             for share in sorted({RATE_SHARE[p] for p, _ in grid[spec]}, reverse=True):
                 mine = [(p, cc) for p, cc in grid[spec] if RATE_SHARE[p] == share]
@@ -253,7 +255,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                            "controller_app": ctx.controller_app,
                            "app_entropy": ctx.app_entropy if ctx.controller_app else None,
                            "spray_entropy": ctx.spray_entropy,
-                           "transport": "roce", "cc": ctx.cc,
+                           "transport": "roce", "cc": ctx.cc, "roce_mtu": ctx.roce_mtu,
                            "host_mbps": ctx.host_mbps or "auto",
                            "rate_share": RATE_SHARE, "flow_s": FLOW_S, "buffer_s": BUFFER_S},
             "notes": [f"balls-into-bins expectation 1-(1-1/N)^N for N={spines} paths: "

@@ -24,7 +24,7 @@ from fabric.emulation import Emulation, EmulationOptions, fidelity
 from fabric.emulation.capture import DEFAULT_MAX_PACKETS, capture, capture_points
 from fabric.emulation.traffic import TrafficResult, build_plan, idle_path_check, run_plan
 from fabric.model import graph as fg
-from fabric.traffic.model import Plan, Transfer, TransportSpec
+from fabric.traffic.model import DEFAULT_ROCE_MTU, Plan, Transfer, TransportSpec
 
 WARM_UP_PACKETS = 16  # per transfer, before a bring-up's first measured run
 
@@ -66,11 +66,17 @@ class RunContext:
     app_entropy: str = "flow"          # what the senders do under it: flow, packet, recycle
     spray_entropy: str = "recycle"     # how spraying senders pick ports: recycle or packet
     capture: CaptureSpec | None = None  # --pcap: captures of every run
+    roce_mtu: int = DEFAULT_ROCE_MTU   # payload bytes of a roce packet (the RoCE path MTU)
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def options(self, **kwargs: Any) -> EmulationOptions:
         """Emulation options of a bring-up, with this run's TCP congestion control."""
         return EmulationOptions(tcp_cc=self.tcp_cc, **kwargs)
+
+    def roce(self, **kwargs: Any) -> TransportSpec:
+        """The roce transport with this run's path MTU and congestion control
+        (``kwargs`` may set another ``cc``)."""
+        return TransportSpec("roce", **{"mtu_payload": self.roce_mtu, "cc": self.cc, **kwargs})
 
     def seed_list(self, quick_default: int, full_default: int) -> list[int]:
         """Seeds to run: ``--seeds`` or the experiment's default for the mode."""

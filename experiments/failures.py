@@ -55,7 +55,7 @@ from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, capacity
 from fabric.model import graph as fg
 from fabric.traffic import collectives, ideal
-from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec
+from fabric.traffic.model import Plan, ScheduleError, Transfer
 from fabric.traffic.placement import rank_hosts
 
 NAME = "failures"
@@ -428,17 +428,18 @@ def run(ctx: RunContext) -> dict[str, Any]:
     spec = _topology(ctx)
     graph = topologies.build(spec)
     seeds = _seeds(ctx)
-    host_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph)
+    packet_bytes = ctx.roce().packet_bytes
+    host_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph, packet_bytes=packet_bytes)
     progress = Progress(len(POLICIES) * len(seeds) * len(SCENARIOS), NAME)
     log, timeline_rows = RunLog(), []
-    overhead = ideal.transport_overhead("roce")
+    overhead = ideal.transport_overhead("roce", ctx.roce_mtu)
     for policy in POLICIES:
-        with Emulation(graph, ctx.options(policy=policy, host_mbps=host_mbps)) as emu:
+        with Emulation(graph, ctx.options(policy=policy, host_mbps=host_mbps,
+                                          packet_bytes=packet_bytes)) as emu:
             used = emu.report.rate_plan.host_mbps
             base = ideal.link_capacity(graph, dict(emu.report.rate_plan.link_mbps))
-            transport = TransportSpec("roce", entropy="flow" if policy == "ecmp"
-                                      else ctx.spray_entropy,
-                                      entropy_ports=256, cc=ctx.cc, timeline=True)
+            transport = ctx.roce(entropy="flow" if policy == "ecmp" else ctx.spray_entropy,
+                                 entropy_ports=256, timeline=True)
             size = int(used * 1e6 / 8 * BUFFER_S[ctx.quick])
 
             def runs() -> Iterator[Scheduled]:
@@ -493,7 +494,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     return {"table": table, "fidelity": fid, "seeds": seeds,
             "parameters": {"topology": spec, "policies": POLICIES, "scenarios": SCENARIOS,
                            "collective": COLLECTIVE, "placement": "random",
-                           "transport": "roce", "cc": ctx.cc,
+                           "transport": "roce", "cc": ctx.cc, "roce_mtu": ctx.roce_mtu,
                            "spray_entropy": ctx.spray_entropy, "buffer_s": BUFFER_S[ctx.quick],
                            "fail_at": FAIL_AT, "down_for": DOWN_FOR,
                            "flap_period_s": FLAP_PERIOD_S,

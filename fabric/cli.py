@@ -22,7 +22,8 @@ from fabric.emulation.capture import MAX_PACKETS_LIMIT as MAX_PCAP_PACKETS
 from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
-from fabric.traffic.model import CONGESTION_CONTROLS, ENTROPY, SPRAYING
+from fabric.traffic.model import (CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ENTROPY, ROCE_MTUS,
+                                  SPRAYING)
 from fabric.traffic.patterns import PATTERNS
 
 
@@ -152,13 +153,15 @@ def cmd_traffic(args: argparse.Namespace) -> int:
                        rounds=args.rounds, admission=args.admission)
     transfers, participants = make_transfers(graph, spec)
     points = _capture_points(graph, args, participants)
+    transport = TransportSpec(args.transport, connections=args.connections,
+                              entropy=args.entropy, cc=args.cc,
+                              mtu_payload=args.roce_mtu or DEFAULT_ROCE_MTU)
     options = EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
                                queue_pkts=args.queue_pkts, datapath=args.datapath,
                                controller_port=args.port, lanes=_lanes(args),
                                tcp_cc=args.tcp_cc, controller_app=args.controller_app,
-                               remote_controller=args.controller)
-    transport = TransportSpec(args.transport, connections=args.connections,
-                              entropy=args.entropy, cc=args.cc)
+                               remote_controller=args.controller,
+                               packet_bytes=transport.packet_bytes)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))
     with Emulation(graph, options) as emu:
         print(bring_up_text(emu.report), file=sys.stderr)
@@ -232,11 +235,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.spray_entropy and not getattr(module, "TAKES_SPRAY_ENTROPY", False):
         raise UsageError(f"argument --spray-entropy: {args.name} has no spraying senders "
                          f"(collisions and failures have)")
+    if args.roce_mtu and not getattr(module, "TAKES_SPRAY_ENTROPY", False):
+        raise UsageError(f"argument --roce-mtu: {args.name} has no roce senders "
+                         f"(collisions and failures have)")
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps, cc=args.cc, tcp_cc=args.tcp_cc,
                      controller_app=args.controller_app,
                      app_entropy=args.app_entropy or "flow",
-                     spray_entropy=args.spray_entropy or "recycle")
+                     spray_entropy=args.spray_entropy or "recycle",
+                     roce_mtu=args.roce_mtu or DEFAULT_ROCE_MTU)
     try:
         module.check(ctx)  # the experiment can run on this topology
     except ValueError as exc:
@@ -494,6 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift",
                          help="roce: congestion control, delay-based swift, ECN-driven "
                               "dcqcn or loss-based AIMD (default: swift)")
+    traffic.add_argument("--roce-mtu", type=int, choices=ROCE_MTUS, default=None,
+                         help=f"roce: payload bytes per packet, the RoCE path MTU (default: "
+                              f"{DEFAULT_ROCE_MTU}; 1024 is the largest a 1500-byte "
+                              f"Ethernet MTU carries)")
     traffic.add_argument("--deadline", type=argtypes.positive_number(), default=120.0,
                          help="seconds")
     _pcap_args(traffic, "while the traffic runs", "the first endpoint of the pattern")
@@ -526,6 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --controller-app: one UDP source port per flow (default), a "
                           "new one per packet (spraying), or spraying that recycles the ports "
                           "that did not queue")
+    run.add_argument("--roce-mtu", type=int, choices=ROCE_MTUS, default=None,
+                     help=f"collisions, failures: payload bytes per roce packet, the RoCE "
+                          f"path MTU (default: {DEFAULT_ROCE_MTU}; 1024 is the largest a "
+                          f"1500-byte Ethernet MTU carries)")
     run.add_argument("--spray-entropy", choices=SPRAYING, default=None,
                      help="collisions, failures: how the spray and adaptive senders pick "
                           "source ports: recycling the ones echoed as uncongested (REPS, "
@@ -574,6 +589,9 @@ def check_traffic_args(args: argparse.Namespace) -> None:
         raise UsageError("argument --connections: applies to --transport tcp only")
     if args.transport != "roce" and args.cc != "swift":
         raise UsageError("argument --cc: applies to --transport roce only (TCP: --tcp-cc)")
+    if args.transport != "roce" and args.roce_mtu is not None:
+        raise UsageError("argument --roce-mtu: applies to --transport roce only "
+                         "(TCP sends 1448-byte segments)")
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from fabric.agent.bth import DATA_OVERHEAD
 from fabric.agent.impair import Impairment, ImpairmentProxy
 from fabric.agent.local import loopback_hosts, run_plan, spare_address
-from fabric.traffic.model import ENTROPY, Plan, Transfer, TransportSpec
+from fabric.traffic.model import DEFAULT_ROCE_MTU, ENTROPY, ROCE_MTUS, Plan, Transfer, TransportSpec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="Mbit/s (wire)")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--entropy", choices=ENTROPY, default="packet")
-    parser.add_argument("--mtu", type=int, default=1400)
+    parser.add_argument("--mtu", type=int, default=DEFAULT_ROCE_MTU,
+                        help=f"payload bytes per packet, {ROCE_MTUS[0]}-{ROCE_MTUS[-1]}")
     parser.add_argument("--loss", type=float, default=0.0, help="proxy drop probability")
     parser.add_argument("--hold", type=float, default=0.0, help="proxy delay probability")
     parser.add_argument("--delay-ms", type=float, default=4.0, help="largest proxy delay")
     args = parser.parse_args(argv)
+    if not ROCE_MTUS[0] <= args.mtu <= ROCE_MTUS[-1]:
+        parser.error(f"--mtu must be {ROCE_MTUS[0]}-{ROCE_MTUS[-1]}")
     hosts = loopback_hosts(["snd", "rcv"])
     size = int(args.rate * 1e6 / 8 * args.seconds * args.mtu / (args.mtu + DATA_OVERHEAD))
     impaired = args.loss > 0 or args.hold > 0

@@ -26,7 +26,7 @@ from fabric.agent.engine import Engine
 from fabric.agent.loop import EventLoop
 from fabric.agent.records import TransferRecord
 from fabric.agent.tcpinfo import tcp_info
-from fabric.traffic.model import TCP_DATA_PORT, TransportSpec
+from fabric.traffic.model import TCP_ADVERTISED_MSS, TCP_DATA_PORT, TransportSpec
 
 READ, WRITE = 1, 2  # selectors.EVENT_READ, EVENT_WRITE
 _RETRY_ERRNOS = {errno.ECONNREFUSED, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH,
@@ -57,12 +57,13 @@ class _Part:
     retrans_before: int = 0
     retransmits: int | None = None
     rtt_us: int | None = None
+    mss: int | None = None  # data bytes per segment the connection sent
     local_port: int | None = None
 
     def row(self) -> dict[str, Any]:
         return {"index": self.index, "bytes": self.confirmed, "length": self.length,
                 "local_port": self.local_port, "start": self.start, "end": self.end,
-                "retransmits": self.retransmits, "rtt_us": self.rtt_us}
+                "retransmits": self.retransmits, "rtt_us": self.rtt_us, "mss": self.mss}
 
 
 @dataclass
@@ -162,6 +163,8 @@ class TcpEngine(Engine):
             # TIME_WAIT from an earlier run must not block the bind; a live
             # listener still does (that is the busy-port check)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # accepted connections inherit it: 1500-byte frames on the jumbo links
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, TCP_ADVERTISED_MSS)
             sock.bind((address, self.config.port))
             sock.listen(256)
             sock.setblocking(False)
@@ -328,6 +331,7 @@ class TcpEngine(Engine):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # a retry or the next run may find the planned port in TIME_WAIT
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, TCP_ADVERTISED_MSS)
         if dscp:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
         try:
@@ -493,6 +497,7 @@ class TcpEngine(Engine):
             # is the growth while it was on the wire
             part.retransmits = info["total_retrans"] - part.retrans_before
             part.rtt_us = info["rtt"]
+            part.mss = info["snd_mss"]
         state = part.state
         state.left -= 1
         record = state.record

@@ -51,9 +51,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from fabric.emulation.shaping import LINK_MTU
 from fabric.model import graph as fg
+from fabric.traffic.model import ROCE_MTUS, ROCE_PACKET_OVERHEAD, TCP_PACKET_BYTES
 
-FULL_PACKET_BITS = 1500 * 8
 USERSPACE_BUDGET_PKT_HOPS = 11_000.0
 # Not measured here (no openvswitch module on these machines): a kernel
 # datapath forwards on every core; we allow ten times the userspace budget.
@@ -62,6 +63,7 @@ MIN_SHAPED_MBPS = 0.1  # HTB's rate tables lose accuracy below ~100 kbit/s
 MAX_SHAPED_MBPS = 1000.0
 MAX_USERSPACE_PORTS = 1024
 MAX_AUTO_HOST_MBPS = 20.0
+MIN_PACKET_BYTES = ROCE_MTUS[0] + ROCE_PACKET_OVERHEAD
 AUTO_RATE_STEP_MBPS = 0.5
 
 
@@ -80,6 +82,12 @@ class RatePlan:
     switch_ports: int
     datapath: str
     host_mbps: float
+    packet_bytes: int = TCP_PACKET_BYTES
+
+    @property
+    def packet_s(self) -> float:
+        """Seconds a full-size packet takes on a host link."""
+        return self.packet_bytes * 8 / (self.host_mbps * 1e6)
 
     @property
     def headroom(self) -> float:
@@ -88,13 +96,15 @@ class RatePlan:
 
 
 def forwarding_budget(switch_ports: int, datapath: str) -> float:
-    """Full-size packet-hops per second the datapath forwards faithfully."""
+    """Full-size packet-hops per second the datapath forwards faithfully (up to 4 kB
+    packets cost the same, see module docstring)."""
     del switch_ports  # flat in port count (module docstring)
     return USERSPACE_BUDGET_PKT_HOPS * (KERNEL_BUDGET_FACTOR if datapath == "kernel" else 1.0)
 
 
 def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
-                   busy_links: int | None = None) -> float:
+                   busy_links: int | None = None,
+                   packet_bytes: int = TCP_PACKET_BYTES) -> float:
     """The largest host rate (0.5 Mbit/s steps, at most 20) whose full load fits.
 
     Parameters
@@ -106,6 +116,8 @@ def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
     busy_links : int, optional
         How many endpoint links the workload keeps busy at once (an incast
         loads only its client's); None means all of them.
+    packet_bytes : int
+        IP bytes of the workload's full-size packets: the budget counts packets.
 
     Raises
     ------
@@ -113,7 +125,8 @@ def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
         When not even the smallest step fits.
     """
     ports = sum(graph.degree(sw) for sw in fg.switches(graph))
-    per_mbps = _injected_bps(graph, 1.0, busy_links) / FULL_PACKET_BITS * mean_switch_hops(graph)
+    per_mbps = (_injected_bps(graph, 1.0, busy_links) / (packet_bytes * 8)
+                * mean_switch_hops(graph))
     fits = forwarding_budget(ports, datapath) / per_mbps
     rate = min(MAX_AUTO_HOST_MBPS, int(fits / AUTO_RATE_STEP_MBPS) * AUTO_RATE_STEP_MBPS)
     if rate < AUTO_RATE_STEP_MBPS:
@@ -150,7 +163,8 @@ def scale_for_host_rate(graph: nx.Graph, host_mbps: float) -> float:
 
 
 def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = "user",
-               busy_links: int | None = None, enforce_budget: bool = True) -> RatePlan:
+               busy_links: int | None = None, enforce_budget: bool = True,
+               packet_bytes: int = TCP_PACKET_BYTES) -> RatePlan:
     """Scale every link and check the fabric fits this machine.
 
     Parameters
@@ -168,6 +182,9 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
     enforce_budget : bool
         False lets a benchmark go beyond the forwarding budget (to measure
         where fidelity breaks); the plan's ``headroom`` is then below 1.
+    packet_bytes : int
+        IP bytes of the workload's full-size packets (1500 for TCP, the RoCE
+        path MTU plus 44 for roce): the budget counts packets, not bits.
 
     Raises
     ------
@@ -176,8 +193,11 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
         load exceeds the forwarding budget (the message gives the largest
         ``host_mbps`` that fits).
     """
+    if not MIN_PACKET_BYTES <= packet_bytes <= LINK_MTU:
+        raise CapacityError(f"full-size packets must have {MIN_PACKET_BYTES}..{LINK_MTU} "
+                            f"bytes, got {packet_bytes}")
     if host_mbps is None:
-        host_mbps = auto_host_mbps(graph, datapath, busy_links)
+        host_mbps = auto_host_mbps(graph, datapath, busy_links, packet_bytes)
     if busy_links is not None and busy_links < 1:
         raise CapacityError(f"busy_links must be at least 1, got {busy_links}")
     if not host_mbps > 0:
@@ -194,7 +214,7 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
     if datapath == "user" and ports > MAX_USERSPACE_PORTS:
         raise CapacityError(f"{ports} switch ports exceed the {MAX_USERSPACE_PORTS} that userspace "
                             f"Open vSwitch forwards on this machine; use a smaller fabric")
-    demand = (_injected_bps(graph, host_mbps, busy_links) / FULL_PACKET_BITS
+    demand = (_injected_bps(graph, host_mbps, busy_links) / (packet_bytes * 8)
               * mean_switch_hops(graph))
     budget = forwarding_budget(ports, datapath)
     if demand > budget and enforce_budget:
@@ -210,4 +230,4 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
             f"packet-hops/s at {'full' if busy_links is None else f'{busy_links}-link'} load, but {datapath}space Open vSwitch forwards about "
             f"{budget / 1e3:.0f} k with {ports} ports here; use a host rate of at most "
             f"{fits:.1f} Mbit/s or a smaller fabric")
-    return RatePlan(scale, links, demand, budget, ports, datapath, host_mbps)
+    return RatePlan(scale, links, demand, budget, ports, datapath, host_mbps, packet_bytes)

@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabric.emulation.ovs import STATE_DIR
-from fabric.emulation.shaping import MTU_BYTES
+from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
+from fabric.traffic.model import TCP_PACKET_BYTES
 
 SOURCE = Path(__file__).with_name("ecn_marker.bpf.c")
 CACHE_DIR = STATE_DIR / "ecn"
 MARKER_PRIO = 1  # tc filter priority: before the lanes' u32 filters
 _U32_MAX = 2**32 - 1
+DEFAULT_FRAME_BYTES = TCP_PACKET_BYTES + ETHERNET_HEADER_BYTES
 
 
 class MarkerError(RuntimeError):
@@ -57,10 +59,12 @@ class EcnMarking:
             raise ValueError(f"ECN pmax must be in (0, 1], got {self.pmax}")
 
 
-def marker_defines(rate_mbps: float, queue_pkts: int, marking: EcnMarking) -> dict[str, int]:
-    """The compile-time constants of one queue's marker (pure)."""
+def marker_defines(rate_mbps: float, queue_pkts: int, marking: EcnMarking,
+                   frame_bytes: int = DEFAULT_FRAME_BYTES) -> dict[str, int]:
+    """The compile-time constants of one queue's marker (pure); thresholds and the
+    queue's capacity count full-size frames of ``frame_bytes``."""
     ns_per_byte = 8e3 / rate_mbps  # 8 bits / (rate_mbps * 1e6 bit/s) in ns
-    packet_ns = MTU_BYTES * ns_per_byte
+    packet_ns = frame_bytes * ns_per_byte
     kmin = round(marking.kmin * packet_ns)
     # at kmin == kmax the ramp is empty (and its division never runs)
     kmax = max(round(marking.kmax * packet_ns), kmin + 1)
@@ -77,7 +81,7 @@ def check_compiler() -> None:
 
 
 def marker_object(rate_mbps: float, queue_pkts: int, marking: EcnMarking,
-                  cache_dir: Path = CACHE_DIR) -> Path:
+                  frame_bytes: int = DEFAULT_FRAME_BYTES, cache_dir: Path = CACHE_DIR) -> Path:
     """Path of the compiled marker for one queue, building it if not cached.
 
     Raises
@@ -85,7 +89,7 @@ def marker_object(rate_mbps: float, queue_pkts: int, marking: EcnMarking,
     MarkerError
         When clang is missing or fails.
     """
-    defines = marker_defines(rate_mbps, queue_pkts, marking)
+    defines = marker_defines(rate_mbps, queue_pkts, marking, frame_bytes)
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + repr(sorted(defines.items())).encode()).hexdigest()[:16]
     obj = cache_dir / f"marker-{key}.o"

@@ -23,7 +23,7 @@ from pathlib import Path
 import networkx as nx
 
 from fabric.emulation.ecn import marker_line
-from fabric.emulation.shaping import shape_lines
+from fabric.emulation.shaping import LINK_MTU, shape_lines
 from fabric.model import graph as fg
 from fabric.model.lanes import LaneConfig
 
@@ -41,7 +41,7 @@ def nic_for(nics: list[dict], ip: str) -> dict | None:
 
 
 def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
-    """``ip -batch`` lines for one endpoint: addresses, MACs, IFBs and static ARP.
+    """``ip -batch`` lines for one endpoint: MTU, addresses, MACs, IFBs and static ARP.
 
     Static ARP for every other NIC in the fabric, on the NIC whose prefix
     routes to it, so no ARP is ever flooded through the multipath fabric.
@@ -53,9 +53,10 @@ def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
         ifb = ifb_name(endpoint, nic["port"])
         plen = ipaddress.ip_network(nic["prefix"]).prefixlen
         lines += [f"link set dev {dev} down", f"link set dev {dev} address {nic['mac']}",
+                  f"link set dev {dev} mtu {LINK_MTU}",
                   f"addr flush dev {dev}", f"addr add {nic['ip']}/{plen} dev {dev}",
                   f"link set dev {dev} up", f"link add name {ifb} type ifb",
-                  f"link set dev {ifb} up"]
+                  f"link set dev {ifb} mtu {LINK_MTU}", f"link set dev {ifb} up"]
     for att in fg.attachments(graph):
         if att.endpoint == endpoint:
             continue

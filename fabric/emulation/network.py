@@ -32,6 +32,7 @@ from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
 from fabric.routing.config import ControllerConfig, controller_config_to_dict
 from fabric.routing.policies import POLICIES
+from fabric.traffic.model import TCP_PACKET_BYTES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
@@ -62,8 +63,13 @@ for dev in "$@"; do
   ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
 done
 """
-OFFLOADS_OFF_SCRIPT = r"""
+# The switches' ends of the links: jumbo MTU like the hosts' ends (a veth drops what
+# exceeds its peer's MTU), offloads off.
+SWITCH_PORTS_SCRIPT = r"""
+mtu="$1"
+shift
 for dev in "$@"; do
+  ip link set dev "$dev" mtu "$mtu"
   ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
 done
 """
@@ -90,6 +96,9 @@ class EmulationOptions:
     controller_app: str | None = None  # your own os-ken app, MODULE:CLASS or app.py:CLASS
     remote_controller: str | None = None  # remote:HOST:PORT, already running, on loopback
     ecn: EcnMarking | None = EcnMarking()  # marking on switch queues; None: none
+    # IP bytes of the workload's full-size packets (TransportSpec.packet_bytes): the
+    # forwarding budget counts packets; ECN thresholds and adaptive timing are in them
+    packet_bytes: int = TCP_PACKET_BYTES
 
 
 @dataclass
@@ -177,7 +186,8 @@ class Emulation:
         marker = None
         if self.options.ecn:
             try:
-                marker = ecn.marker_object(mbps, self.options.queue_pkts, self.options.ecn)
+                marker = ecn.marker_object(mbps, self.options.queue_pkts, self.options.ecn,
+                                           self._frame_bytes)
             except ecn.MarkerError as exc:
                 raise EmulationError(str(exc)) from None
         for node, other in ((a, b), (b, a)):
@@ -277,13 +287,13 @@ class Emulation:
         self.report.datapath = datapath
         self.report.rate_plan = capacity.plan_rates(
             self.graph, self.options.host_mbps, datapath, self.options.busy_links,
-            self.options.enforce_budget)
+            self.options.enforce_budget, self.options.packet_bytes)
         system.preflight()
         if self.options.ecn:
             # built now: a missing compiler must fail before anything changes
             try:
                 self._markers = {mbps: ecn.marker_object(mbps, self.options.queue_pkts,
-                                                         self.options.ecn)
+                                                         self.options.ecn, self._frame_bytes)
                                  for mbps in set(self.report.rate_plan.link_mbps.values())}
             except ecn.MarkerError as exc:
                 raise EmulationError(str(exc)) from None
@@ -313,6 +323,11 @@ class Emulation:
         if clashes:
             raise EmulationError(f"interfaces {', '.join(clashes[:5])} already exist; "
                                  f"run `fabric clean` or remove them")
+
+    @property
+    def _frame_bytes(self) -> int:
+        """Wire bytes of the workload's full-size packets, as HTB counts them."""
+        return self.options.packet_bytes + shaping.ETHERNET_HEADER_BYTES
 
     def _record_and_set_sysctls(self) -> None:
         state = runstate.new_run_state()
@@ -346,7 +361,8 @@ class Emulation:
         config = self.workdir / "controller-config.json"
         config.write_text(json.dumps(controller_config_to_dict(ControllerConfig(
             self.options.lanes, self.report.rate_plan.scale_mbps_per_gbps,
-            self.options.adaptive or params_for_rate(self.report.rate_plan.host_mbps)))))
+            self.options.adaptive or params_for_rate(
+                self.report.rate_plan.host_mbps, packet_bits=self.options.packet_bytes * 8)))))
         log = open(self.workdir / "controller.log", "wb")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))
@@ -414,7 +430,8 @@ class Emulation:
                                                               self._markers)
                                    for sw in fg.switches(self.graph)))
         system.run(["tc", "-batch", str(root_tc)], timeout=60)
-        system.run(["sh", "-ec", OFFLOADS_OFF_SCRIPT, "sh", *self.state.root_intfs], timeout=60)
+        system.run(["sh", "-ec", SWITCH_PORTS_SCRIPT, "sh", str(shaping.LINK_MTU),
+                    *self.state.root_intfs], timeout=60)
         for ep, proc in procs:
             out, _ = proc.communicate(timeout=60)
             if proc.returncode != 0:

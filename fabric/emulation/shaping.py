@@ -18,15 +18,19 @@ from fabric.model.lanes import SINGLE_LANE, LaneConfig
 
 DEFAULT_QUEUE_PKTS = 64
 LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
-MTU_BYTES = 1514
+# Every emulated link carries jumbo frames (RoCE's 4096-byte path MTU needs more than
+# 1500); TCP keeps 1500-byte segments by its own MSS clamp (fabric.agent.tcp).
+LINK_MTU = 9000
+ETHERNET_HEADER_BYTES = 14  # counted by HTB; no FCS
+MAX_FRAME_BYTES = LINK_MTU + ETHERNET_HEADER_BYTES
 LANE_FILTER_PRIO = 2  # after an ECN marker's filter (priority 1)
-# HTB warns above 200000 bytes of quantum and needs at least one MTU.
+# HTB warns above 200000 bytes of quantum and needs at least one frame.
 _MAX_QUANTUM = 200_000
 
 
 def htb_quantum(rate_mbps: float) -> int:
-    """Bytes a class may send per round: rate/10 clamped to [MTU, 200000]."""
-    return int(min(_MAX_QUANTUM, max(MTU_BYTES, rate_mbps * 1e6 / 8 / 10)))
+    """Bytes a class may send per round: rate/10 clamped to [largest frame, 200000]."""
+    return int(min(_MAX_QUANTUM, max(MAX_FRAME_BYTES, rate_mbps * 1e6 / 8 / 10)))
 
 
 def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS,

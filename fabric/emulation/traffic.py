@@ -24,14 +24,14 @@ from typing import Any
 import networkx as nx
 
 from fabric.emulation import fidelity
-from fabric.emulation.capacity import FULL_PACKET_BITS
 from fabric.emulation.flowmon import FlowKey, FlowMonitor, path_from_switches
 from fabric.emulation.hostconfig import ifb_name
 from fabric.emulation.linkstats import LinkSampler, LinkSeries
 from fabric.emulation.network import PROJECT_ROOT, Emulation
+from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
 from fabric.model import graph as fg
-from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, Transfer, TransportSpec,
-                                  destination_ip, source_ports, tcp_connection_keys,
+from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, ScheduleError, Transfer,
+                                  TransportSpec, destination_ip, source_ports, tcp_connection_keys,
                                   validate_schedule)
 
 # a plan's provisional start; in an emulation the agents say when they are listening
@@ -87,7 +87,21 @@ class TrafficResult:
 
 def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSpec,
                deadline_s: float = 120.0, port_seed: int = 0) -> Plan:
-    """A plan with the fabric's addresses, starting a little from now."""
+    """A plan with the fabric's addresses, starting a little from now.
+
+    Raises
+    ------
+    ScheduleError
+        When the transport's full-size packets are smaller than those the
+        fabric's rates were planned for: more packets than its budget allows.
+    """
+    planned = emu.report.rate_plan.packet_bytes
+    if transport.packet_bytes < planned:
+        raise ScheduleError(
+            f"the fabric's rates were planned for {planned}-byte packets and this {transport.kind} "
+            f"transport sends {transport.packet_bytes}-byte ones: more packets per second than "
+            f"the forwarding budget allows (bring the fabric up with packet_bytes="
+            f"{transport.packet_bytes})")
     graph = emu.graph
     hosts = {ep: [f"{nic['ip']}/{nic['prefix'].split('/')[1]}"
                   for nic in graph.nodes[ep]["nics"]] for ep in fg.endpoints(graph)}
@@ -260,8 +274,10 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
     agents: dict[str, subprocess.Popen] = {}
     rates = emu.report.rate_plan
+    packet_bytes = plan.transport.packet_bytes
     fid = fidelity.FidelityMonitor(
-        emu.state.root_intfs, FULL_PACKET_BITS / (rates.host_mbps * 1e6) if rates else None)
+        emu.state.root_intfs, packet_bytes * 8 / (rates.host_mbps * 1e6) if rates else None,
+        packet_bytes + ETHERNET_HEADER_BYTES)
     errors: list[str] = []
     try:
         for ep in involved:

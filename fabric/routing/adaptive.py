@@ -63,6 +63,7 @@ class AdaptiveParams:
     min_weight: int = 1
     max_weight: int = 100
     slow_delay_pkts: float = 8.0
+    packet_bits: int = 1500 * 8  # of a full-size packet: what slow_delay_pkts counts
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
@@ -75,6 +76,8 @@ class AdaptiveParams:
             raise AdaptiveConfigError("need 1 <= min_weight <= max_weight")
         if not self.slow_delay_pkts > 0:
             raise AdaptiveConfigError(f"slow_delay_pkts must be > 0, got {self.slow_delay_pkts}")
+        if not self.packet_bits > 0:
+            raise AdaptiveConfigError(f"packet_bits must be > 0, got {self.packet_bits}")
         if self.max_weight / self.min_weight > MAX_WEIGHT_SKEW:
             raise AdaptiveConfigError(f"weight skew above 1:{MAX_WEIGHT_SKEW} makes Open vSwitch "
                                       f"fall back to per-connection hashing")
@@ -83,16 +86,17 @@ class AdaptiveParams:
 # Packets a telemetry interval should span: the defaults' 0.1 s at 12 Mbit/s.
 INTERVAL_PACKETS = 100
 HOLD_INTERVALS = 5
-FULL_PACKET_BITS = 1500 * 8
 SLOW_ROUNDS = 2       # probe rounds in a row a port must look slow before it is believed
 FORGET_RATIO = 1.25   # a slow port sending this much above its learned rate has recovered
 MIN_LEARNED = 0.01    # of the nominal rate: below it a port is idle, not slow
 RELAX_RATIO = 1.25    # growth of a slow port's estimate after HOLD_INTERVALS shallow probes
 
 
-def params_for_rate(host_mbps: float, packets: int = INTERVAL_PACKETS) -> AdaptiveParams:
+def params_for_rate(host_mbps: float, packets: int = INTERVAL_PACKETS,
+                    packet_bits: int = 1500 * 8) -> AdaptiveParams:
     """Timing scaled to the emulated rate: an interval spans ``packets`` full-size
-    packets of a host link, and weights are held for ``HOLD_INTERVALS`` intervals.
+    packets (of ``packet_bits``) of a host link, and weights are held for
+    ``HOLD_INTERVALS`` intervals.
 
     At a few Mbit/s a 0.1 s interval sees a few dozen packets: the
     utilisation estimate is noise, weights flap, and every group change makes
@@ -102,8 +106,9 @@ def params_for_rate(host_mbps: float, packets: int = INTERVAL_PACKETS) -> Adapti
     """
     if not host_mbps > 0:
         raise AdaptiveConfigError(f"host_mbps must be > 0, got {host_mbps}")
-    interval = max(0.1, packets * FULL_PACKET_BITS / (host_mbps * 1e6))
-    return AdaptiveParams(interval_s=round(interval, 3), hold_s=round(HOLD_INTERVALS * interval, 3))
+    interval = max(0.1, packets * packet_bits / (host_mbps * 1e6))
+    return AdaptiveParams(interval_s=round(interval, 3), hold_s=round(HOLD_INTERVALS * interval, 3),
+                          packet_bits=packet_bits)
 
 
 @dataclass
@@ -211,7 +216,7 @@ class AdaptiveBalancer:
         """
         state = self._ports.setdefault((switch, port), _PortState())
         nominal = self.capacity_bps(switch, port)
-        deep = delay_s >= self.params.slow_delay_pkts * FULL_PACKET_BITS / nominal
+        deep = delay_s >= self.params.slow_delay_pkts * self.params.packet_bits / nominal
         idle = state.rate_bps < MIN_LEARNED * nominal
         if deep and not idle and state.rate_bps < self.params.hot_util * nominal:
             state.slow_rounds, state.shallow_rounds = state.slow_rounds + 1, 0

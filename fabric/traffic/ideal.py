@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 import networkx as nx
 
 from fabric.model import graph as fg
+from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_PACKET_OVERHEAD, TCP_ADVERTISED_MSS
 
 Link = tuple[str, str]
 _EPS = 1e-12
@@ -312,15 +313,15 @@ def link_capacity(graph: nx.Graph, link_mbps: Mapping[frozenset, float]) -> dict
 
 
 # Wire bytes of the transports' packets, as HTB counts them (Ethernet header, no FCS).
-ROCE_DATA_OVERHEAD = 14 + 20 + 8 + 12 + 4     # Ethernet, IPv4, UDP, BTH, ICRC
+ROCE_DATA_OVERHEAD = 14 + ROCE_PACKET_OVERHEAD  # Ethernet, IPv4, UDP, BTH, ICRC
 ROCE_ACK_BYTES = 14 + 20 + 8 + 32 + 4         # the same around BTH+AETH+AckExt, no SACK bits
 ROCE_PACKETS_PER_ACK = 8                      # the agent's ACK coalescing
-TCP_MSS = 1448                                # 1500 MTU minus IPv4, TCP and timestamps
+TCP_MSS = TCP_ADVERTISED_MSS - 12            # data per segment with timestamps
 TCP_OVERHEAD = 14 + 20 + 32
 TCP_SEGMENTS_PER_ACK = 2                      # delayed ACKs
 
 
-def transport_overhead(kind: str, mtu_payload: int = 1400) -> Overhead:
+def transport_overhead(kind: str, mtu_payload: int = DEFAULT_ROCE_MTU) -> Overhead:
     """Headers and ACKs of the ``roce`` or ``tcp`` transport per payload byte."""
     if kind == "roce":
         return Overhead.of_packets(mtu_payload, ROCE_DATA_OVERHEAD, ROCE_ACK_BYTES,

@@ -28,6 +28,14 @@ CONGESTION_CONTROLS = ("swift", "dcqcn", "loss")  # of the roce transport (fabri
 TCP_DATA_PORT = 7100
 ROCE_PORT = 4791
 SOURCE_PORTS = range(10000, 32768)  # below Linux's ephemeral range (32768-60999)
+# TCP keeps the segments of a 1500-byte MTU on the jumbo links: its advertised MSS
+# (1460; 1448 of data with timestamps), so incast figures compare with the literature's.
+TCP_ADVERTISED_MSS = 1460
+TCP_PACKET_BYTES = 1500
+ROCE_PACKET_OVERHEAD = 20 + 8 + 12 + 4  # IPv4, UDP, BTH, ICRC
+# RoCE path MTUs (payload bytes per packet) a NIC negotiates; AI fabrics run 4096.
+ROCE_MTUS = (256, 512, 1024, 2048, 4096)
+DEFAULT_ROCE_MTU = 4096
 
 
 class ScheduleError(ValueError):
@@ -80,6 +88,8 @@ class TransportSpec:
     ``rate_mbps``: pacing ceiling of a roce sender (the emulated host link rate). ``cc``: the roce congestion
     control (:mod:`fabric.agent.cc`): ``swift`` (delay-based), ``dcqcn`` (ECN-driven
     rate control; needs the fabric's ECN marking) or ``loss``.
+    ``mtu_payload``: payload bytes of a full roce packet (the RoCE path MTU; TCP
+    always sends 1448-byte segments, see ``TCP_ADVERTISED_MSS``).
     ``timeline``: roce receivers report every newly delivered packet's arrival
     and send time (``arrivals``), for delivery timelines around failures.
     """
@@ -89,9 +99,14 @@ class TransportSpec:
     entropy: str = "flow"
     entropy_ports: int = 64
     rate_mbps: float | None = None
-    mtu_payload: int = 1400
+    mtu_payload: int = DEFAULT_ROCE_MTU
     cc: str = "swift"
     timeline: bool = False
+
+    @property
+    def packet_bytes(self) -> int:
+        """IP bytes of a full-size data packet."""
+        return self.mtu_payload + ROCE_PACKET_OVERHEAD if self.kind == "roce" else TCP_PACKET_BYTES
 
     @property
     def sprays(self) -> bool:
@@ -111,8 +126,9 @@ class TransportSpec:
             raise ScheduleError(f"entropy_ports must be 1..1024, got {self.entropy_ports}")
         if self.rate_mbps is not None and not self.rate_mbps > 0:
             raise ScheduleError(f"rate_mbps must be > 0, got {self.rate_mbps}")
-        if not 256 <= self.mtu_payload <= 1400:
-            raise ScheduleError(f"mtu_payload must be 256..1400, got {self.mtu_payload}")
+        if not ROCE_MTUS[0] <= self.mtu_payload <= ROCE_MTUS[-1]:
+            raise ScheduleError(f"mtu_payload must be {ROCE_MTUS[0]}..{ROCE_MTUS[-1]}, "
+                                f"got {self.mtu_payload}")
         if self.cc not in CONGESTION_CONTROLS:
             raise ScheduleError(f"cc must be one of {CONGESTION_CONTROLS}, got {self.cc!r}")
 

@@ -213,3 +213,22 @@ def test_too_many_ports_for_userspace():
     graph = topologies.build("rail-clos,servers=64,gpus=8,servers_per_leaf=8,spines=8,oversub=8")
     with pytest.raises(CapacityError, match="switch ports"):
         plan_rates(graph, 20.0)
+
+
+def test_the_budget_counts_packets_not_bits():
+    # a roce workload of 4140-byte packets sends 2.76 times fewer packets per Mbit/s
+    graph = topologies.build("rail-clos")
+    small, large = (plan_rates(graph, 3.0, packet_bytes=b) for b in (1500, 4140))
+    assert small.demand_pkt_hops / large.demand_pkt_hops == pytest.approx(4140 / 1500)
+    assert large.packet_bytes == 4140 and large.packet_s == pytest.approx(4140 * 8 / 3e6)
+    fast = capacity.auto_host_mbps(graph, packet_bytes=4140)
+    assert fast >= 2.5 * capacity.auto_host_mbps(graph)
+    assert plan_rates(graph, packet_bytes=4140).host_mbps == fast
+    with pytest.raises(CapacityError, match="full load"):
+        plan_rates(graph, fast, packet_bytes=1500)
+
+
+@pytest.mark.parametrize("size", [0, 299, 9001])
+def test_packet_sizes_the_links_cannot_carry_are_refused(size):
+    with pytest.raises(CapacityError, match="full-size packets"):
+        plan_rates(topologies.build("leaf-spine"), 1.0, packet_bytes=size)

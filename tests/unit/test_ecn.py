@@ -24,6 +24,14 @@ def test_defines_are_the_thresholds_as_backlog_time_at_the_link_rate():
     assert d["PMAX_U32"] == round(0.25 * (2**32 - 1))
 
 
+def test_thresholds_count_the_workloads_full_size_frames():
+    marking = ecn.EcnMarking(kmin=4, kmax=16)
+    small, jumbo = (ecn.marker_defines(3.0, 64, marking, frame) for frame in (1514, 4154))
+    for key in ("KMIN_NS", "KMAX_NS", "CAP_NS"):
+        assert jumbo[key] / small[key] == pytest.approx(4154 / 1514, rel=1e-6)
+    assert jumbo["NS_PER_KBYTE"] == small["NS_PER_KBYTE"]
+
+
 def test_step_marking_keeps_the_ramp_nonempty():
     d = ecn.marker_defines(10.0, 64, ecn.EcnMarking(kmin=8, kmax=8, pmax=1.0))
     assert d["KMAX_NS"] == d["KMIN_NS"] + 1

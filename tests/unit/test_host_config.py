@@ -51,6 +51,9 @@ def test_rail_clos_host_addressing():
                                       f"link set dev {dev} up")]
     assert order == sorted(order)
     assert sum(1 for line in lines if line.startswith("addr add")) == 1
+    # jumbo frames on the NIC and on its ingress IFB (RoCE's 4096-byte path MTU)
+    assert f"link set dev {dev} mtu 9000" in lines
+    assert "link set dev h0g0-ifb0 mtu 9000" in lines
 
 
 def test_rail_clos_host_static_arp_for_every_other_nic():

@@ -136,3 +136,7 @@ def test_adaptive_timing_scales_with_the_emulated_rate():
     assert params_for_rate(100.0).interval_s == 0.1          # never below the default
     with pytest.raises(AdaptiveConfigError):
         params_for_rate(0.0)
+    # the interval spans packets: 4 kB packets at 8.3 Mbit/s take as long as 1.5 kB ones at 3
+    jumbo = params_for_rate(3.0 * 4140 / 1500, packet_bits=4140 * 8)
+    assert jumbo.interval_s == pytest.approx(slow.interval_s, abs=0.001)
+    assert jumbo.packet_bits == 4140 * 8 and slow.packet_bits == 1500 * 8

@@ -491,7 +491,7 @@ def test_roce_delivers_every_byte(tmp_path: Path):
     for tid, size, src, dst in (("t1", 1_000_001, "a", "b"), ("t2", 1, "b", "a")):
         sent, got = _row(runs[src], tid, "send"), _row(runs[dst], tid, "recv")
         assert sent["bytes"] == got["bytes"] == size
-        packets = -(-size // 1400)
+        packets = -(-size // plan.transport.mtu_payload)
         assert got["packets"] == packets
         # every arrival is either new (delivered once) or a counted duplicate
         assert got["packets_received"] == packets + got["duplicates"] + got["bad_packets"]
@@ -662,3 +662,35 @@ def test_roce_pacing_holds_20_mbps(tmp_path: Path):
     assert 18.0 <= goodput <= 22.0, goodput
     assert 18.0 <= wire <= 22.0, wire
     assert 1.7 < duration < 2.5
+
+
+def test_packet_sizes_follow_the_transport():
+    # RoCE's path MTU plus IPv4, UDP, BTH and ICRC; TCP keeps 1500-byte packets
+    assert TransportSpec("roce").packet_bytes == 4096 + 44
+    assert TransportSpec("roce", mtu_payload=1024).packet_bytes == 1024 + 44
+    assert TransportSpec("tcp").packet_bytes == 1500
+    for bad in (255, 4097):
+        with pytest.raises(ScheduleError, match="mtu_payload"):
+            TransportSpec("roce", mtu_payload=bad)
+
+
+def test_a_plan_with_smaller_packets_than_the_rates_were_planned_for_is_refused():
+    # rates planned for 4 kB packets carry 2.8 times as many 1500-byte ones: beyond budget
+    import topologies
+    from types import SimpleNamespace
+
+    from fabric.emulation.capacity import plan_rates
+    from fabric.emulation.traffic import build_plan
+    from fabric.model import graph as fg
+
+    graph = topologies.build("leaf-spine")
+    a, b = fg.endpoints(graph)[:2]
+    roce = TransportSpec("roce")
+    emu = SimpleNamespace(graph=graph, report=SimpleNamespace(
+        rate_plan=plan_rates(graph, 3.0, packet_bytes=roce.packet_bytes)))
+    transfers = [Transfer("t", a, b, 10_000)]
+    assert build_plan(emu, transfers, roce).transport.rate_mbps == 3.0
+    with pytest.raises(ScheduleError, match="4140-byte packets"):
+        build_plan(emu, transfers, TransportSpec("tcp"))
+    with pytest.raises(ScheduleError, match="4140-byte packets"):
+        build_plan(emu, transfers, TransportSpec("roce", mtu_payload=1024))

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from fabric.emulation import shaping
-from fabric.emulation.shaping import htb_quantum, shape_lines
+from fabric.emulation.shaping import MAX_FRAME_BYTES, htb_quantum, shape_lines
 
 TAIL_DROP = ("pfifo", "bfifo", "pfifo_fast")
 
@@ -140,11 +140,11 @@ def test_default_queue():
 def test_quantum_clamped(mbps):
     q = htb_quantum(mbps)
     assert isinstance(q, int)
-    assert 1514 <= q <= 200_000
+    assert MAX_FRAME_BYTES <= q <= 200_000
 
 
 def test_quantum_values():
-    assert htb_quantum(0.1) == 1514          # rate/10 = 1250 B, below one MTU
+    assert htb_quantum(0.1) == 9014          # rate/10 = 1250 B, below one jumbo frame
     assert htb_quantum(1.0) == 12_500        # 1 Mbit/s / 8 / 10
     assert htb_quantum(20.0) == 200_000      # 250 kB clamped
     assert htb_quantum(1000.0) == 200_000    # 12.5 MB clamped

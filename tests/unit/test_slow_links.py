@@ -6,7 +6,7 @@ import pytest
 
 import topologies
 from fabric.model import graph as fg
-from fabric.routing.adaptive import (FORGET_RATIO, FULL_PACKET_BITS, HOLD_INTERVALS,
+from fabric.routing.adaptive import (FORGET_RATIO, HOLD_INTERVALS,
                                      RELAX_RATIO, SLOW_ROUNDS, AdaptiveBalancer,
                                      AdaptiveConfigError, AdaptiveParams)
 from fabric.routing.probes import (FRAME_BYTES, PROBE_ETHERTYPE, ProbeRounds, probe_frame,
@@ -97,7 +97,7 @@ class Port:
     def __init__(self, bal, switch, port):
         self.bal, self.switch, self.port, self.total = bal, switch, port, 0
         self.nominal = bal.capacity_bps(switch, port)
-        self.packet_time = FULL_PACKET_BITS / self.nominal
+        self.packet_time = bal.params.packet_bits / self.nominal
 
     def send(self, now, share):
         self.total += int(share * self.nominal * DT / 8)
