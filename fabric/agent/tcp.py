@@ -26,7 +26,7 @@ from fabric.agent.engine import Engine
 from fabric.agent.loop import EventLoop
 from fabric.agent.records import TransferRecord
 from fabric.agent.tcpinfo import tcp_info
-from fabric.traffic.model import TCP_ADVERTISED_MSS, TCP_DATA_PORT, TransportSpec
+from fabric.traffic.model import TCP_DATA_PORT, TransportSpec
 
 READ, WRITE = 1, 2  # selectors.EVENT_READ, EVENT_WRITE
 _RETRY_ERRNOS = {errno.ECONNREFUSED, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH,
@@ -163,8 +163,6 @@ class TcpEngine(Engine):
             # TIME_WAIT from an earlier run must not block the bind; a live
             # listener still does (that is the busy-port check)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            # accepted connections inherit it: 1500-byte frames on the jumbo links
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, TCP_ADVERTISED_MSS)
             sock.bind((address, self.config.port))
             sock.listen(256)
             sock.setblocking(False)
@@ -331,7 +329,6 @@ class TcpEngine(Engine):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # a retry or the next run may find the planned port in TIME_WAIT
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, TCP_ADVERTISED_MSS)
         if dscp:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
         try:

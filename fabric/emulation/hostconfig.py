@@ -26,6 +26,7 @@ from fabric.emulation.ecn import marker_line
 from fabric.emulation.shaping import LINK_MTU, shape_lines
 from fabric.model import graph as fg
 from fabric.model.lanes import LaneConfig
+from fabric.traffic.model import TCP_ADVERTISED_MSS
 
 
 def ifb_name(endpoint: str, port: int) -> str:
@@ -41,7 +42,8 @@ def nic_for(nics: list[dict], ip: str) -> dict | None:
 
 
 def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
-    """``ip -batch`` lines for one endpoint: MTU, addresses, MACs, IFBs and static ARP.
+    """``ip -batch`` lines for one endpoint: MTU, addresses, MACs, TCP's segment size,
+    IFBs and static ARP.
 
     Static ARP for every other NIC in the fabric, on the NIC whose prefix
     routes to it, so no ARP is ever flooded through the multipath fabric.
@@ -52,10 +54,15 @@ def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
         dev = fg.intf_name(endpoint, nic["port"])
         ifb = ifb_name(endpoint, nic["port"])
         plen = ipaddress.ip_network(nic["prefix"]).prefixlen
+        subnet = ipaddress.ip_interface(f"{nic['ip']}/{plen}").network
         lines += [f"link set dev {dev} down", f"link set dev {dev} address {nic['mac']}",
                   f"link set dev {dev} mtu {LINK_MTU}",
                   f"addr flush dev {dev}", f"addr add {nic['ip']}/{plen} dev {dev}",
-                  f"link set dev {dev} up", f"link add name {ifb} type ifb",
+                  f"link set dev {dev} up",
+                  # TCP (agents, iperf, the CLI) advertises a 1500-byte MTU's segments
+                  f"route replace {subnet} dev {dev} proto kernel scope link "
+                  f"src {nic['ip']} advmss {TCP_ADVERTISED_MSS}",
+                  f"link add name {ifb} type ifb",
                   f"link set dev {ifb} mtu {LINK_MTU}", f"link set dev {ifb} up"]
     for att in fg.attachments(graph):
         if att.endpoint == endpoint:

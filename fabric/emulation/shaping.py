@@ -19,7 +19,7 @@ from fabric.model.lanes import SINGLE_LANE, LaneConfig
 DEFAULT_QUEUE_PKTS = 64
 LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
 # Every emulated link carries jumbo frames (RoCE's 4096-byte path MTU needs more than
-# 1500); TCP keeps 1500-byte segments by its own MSS clamp (fabric.agent.tcp).
+# 1500); TCP keeps a 1500-byte MTU's segments by the hosts' routes (hostconfig).
 LINK_MTU = 9000
 ETHERNET_HEADER_BYTES = 14  # counted by HTB; no FCS
 MAX_FRAME_BYTES = LINK_MTU + ETHERNET_HEADER_BYTES

@@ -28,8 +28,9 @@ CONGESTION_CONTROLS = ("swift", "dcqcn", "loss")  # of the roce transport (fabri
 TCP_DATA_PORT = 7100
 ROCE_PORT = 4791
 SOURCE_PORTS = range(10000, 32768)  # below Linux's ephemeral range (32768-60999)
-# TCP keeps the segments of a 1500-byte MTU on the jumbo links: its advertised MSS
-# (1460; 1448 of data with timestamps), so incast figures compare with the literature's.
+# TCP keeps the segments of a 1500-byte MTU on the jumbo links: the hosts' routes
+# advertise this MSS (1448 bytes of data with timestamps), so incast figures compare
+# with the literature.
 TCP_ADVERTISED_MSS = 1460
 TCP_PACKET_BYTES = 1500
 ROCE_PACKET_OVERHEAD = 20 + 8 + 12 + 4  # IPv4, UDP, BTH, ICRC

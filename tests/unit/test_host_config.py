@@ -54,6 +54,10 @@ def test_rail_clos_host_addressing():
     # jumbo frames on the NIC and on its ingress IFB (RoCE's 4096-byte path MTU)
     assert f"link set dev {dev} mtu 9000" in lines
     assert "link set dev h0g0-ifb0 mtu 9000" in lines
+    # TCP advertises a 1500-byte MTU's segments on the connected route, after it exists
+    route = (f"route replace 10.0.0.0/8 dev {dev} proto kernel scope link src {nic['ip']} "
+             f"advmss 1460")
+    assert lines.index(route) > lines.index(f"link set dev {dev} up")
 
 
 def test_rail_clos_host_static_arp_for_every_other_nic():
