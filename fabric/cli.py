@@ -23,7 +23,7 @@ from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
 from fabric.traffic.model import (CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ENTROPY, ROCE_MTUS,
-                                  SPRAYING)
+                                  SPRAYING, TCP_ADVERTISED_MSS)
 from fabric.traffic.patterns import PATTERNS
 
 
@@ -268,9 +268,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(format_table(args.name, outcome))
     parameters = outcome["parameters"]
     if "tcp_cc" in parameters:
-        print(f"transport: TCP, {parameters['tcp_cc']} congestion control in every host")
+        print(f"transport: TCP, {parameters['tcp_cc']} congestion control in every host, "
+              f"{TCP_ADVERTISED_MSS - 12}-byte segments")
     if "cc" in parameters:
-        print(f"transport: roce, {parameters['cc']} congestion control")
+        print(f"transport: roce, {parameters['cc']} congestion control, "
+              f"{parameters['roce_mtu']}-byte payloads (RoCE path MTU)")
     if ctx.capture:
         print(f"pcap: {sum(1 for _ in args.pcap.rglob('*.pcap'))} files in {args.pcap}")
     print(f"results: {run_dir}  (figures: {', '.join(p.name for p in figures if p.suffix == '.png')})")
