@@ -21,7 +21,10 @@ Checks, each with its measured value and threshold:
 * ``hidden_socket_drops``: drops counted by the kernel on ovs-vswitchd's
   packet sockets, which no OVS counter shows;
 * ``idle_path_rate`` (added by the traffic runner): goodput of one flow on
-  an idle path over its configured rate.
+  an idle path over its configured rate;
+* ``tcp_segment_bytes`` (TCP runs, added by the traffic runner): the largest
+  segment a connection sent, at most a 1500-byte MTU's 1448 bytes although the
+  links carry jumbo frames.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from fabric.emulation import ovs
+from fabric.traffic.model import TCP_ADVERTISED_MSS
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_OVS_INPUT_DELAY_MS = 1.0  # against idle RTTs of 0.7-3 ms across the fabric
@@ -52,6 +56,7 @@ SKB_STRUCT_BYTES = 256
 DEFAULT_FRAME_BYTES = 1514
 MAX_MACHINE_CPU = 0.95
 MIN_IDLE_PATH_RATE = 0.90
+TCP_SEGMENT_BYTES = TCP_ADVERTISED_MSS - 12  # with timestamps
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,14 @@ def idle_path_check(achieved_mbps: float, configured_mbps: float) -> Check:
     return Check("idle_path_rate", round(ratio, 3), MIN_IDLE_PATH_RATE,
                  ratio >= MIN_IDLE_PATH_RATE,
                  f"{achieved_mbps:.2f} of {configured_mbps:.2f} Mbit/s")
+
+
+def tcp_segment_check(segment_bytes: Iterable[int]) -> Check:
+    """TCP's largest segment against a 1500-byte MTU's, which the hosts' routes
+    advertise: a larger one means a route lost that and TCP ran on jumbo frames."""
+    largest = max(segment_bytes, default=0)
+    return Check("tcp_segment_bytes", largest, TCP_SEGMENT_BYTES, largest <= TCP_SEGMENT_BYTES,
+                 "largest data bytes per segment a connection sent")
 
 
 def report(checks: list[Check]) -> dict[str, Any]:

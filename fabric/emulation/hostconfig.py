@@ -41,6 +41,18 @@ def nic_for(nics: list[dict], ip: str) -> dict | None:
     return max(matching, key=lambda n: ipaddress.ip_network(n["prefix"]).prefixlen, default=None)
 
 
+def nic_route(endpoint: str, nic: dict, rto_min_ms: int | None = None) -> str:
+    """The ``ip`` line that (re)makes the connected route of one of ``endpoint``'s NICs.
+
+    TCP (the agents, iperf, the Mininet CLI) advertises a 1500-byte MTU's segments on
+    it, although the links carry jumbo frames; ``rto_min_ms`` adds a minimum RTO. A
+    route's metrics are all given at once: a change that left one out would drop it.
+    """
+    line = (f"route replace {nic['prefix']} dev {fg.intf_name(endpoint, nic['port'])} "
+            f"proto kernel scope link src {nic['ip']} advmss {TCP_ADVERTISED_MSS}")
+    return line + (f" rto_min {rto_min_ms}ms" if rto_min_ms is not None else "")
+
+
 def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
     """``ip -batch`` lines for one endpoint: MTU, addresses, MACs, TCP's segment size,
     IFBs and static ARP.
@@ -54,14 +66,11 @@ def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
         dev = fg.intf_name(endpoint, nic["port"])
         ifb = ifb_name(endpoint, nic["port"])
         plen = ipaddress.ip_network(nic["prefix"]).prefixlen
-        subnet = ipaddress.ip_interface(f"{nic['ip']}/{plen}").network
         lines += [f"link set dev {dev} down", f"link set dev {dev} address {nic['mac']}",
                   f"link set dev {dev} mtu {LINK_MTU}",
                   f"addr flush dev {dev}", f"addr add {nic['ip']}/{plen} dev {dev}",
                   f"link set dev {dev} up",
-                  # TCP (agents, iperf, the CLI) advertises a 1500-byte MTU's segments
-                  f"route replace {subnet} dev {dev} proto kernel scope link "
-                  f"src {nic['ip']} advmss {TCP_ADVERTISED_MSS}",
+                  nic_route(endpoint, nic),
                   f"link add name {ifb} type ifb",
                   f"link set dev {ifb} mtu {LINK_MTU}", f"link set dev {ifb} up"]
     for att in fg.attachments(graph):

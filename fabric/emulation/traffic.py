@@ -23,9 +23,8 @@ from typing import Any
 
 import networkx as nx
 
-from fabric.emulation import fidelity
+from fabric.emulation import fidelity, hostconfig
 from fabric.emulation.flowmon import FlowKey, FlowMonitor, path_from_switches
-from fabric.emulation.hostconfig import ifb_name
 from fabric.emulation.linkstats import LinkSampler, LinkSeries
 from fabric.emulation.network import PROJECT_ROOT, Emulation
 from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
@@ -177,8 +176,7 @@ def set_rto_min(emu: Emulation, endpoints: list[str], rto_min_ms: int) -> None:
                            f"kernel here; ask for at least that")
     for ep in endpoints:
         for nic in emu.graph.nodes[ep]["nics"]:
-            out = emu.host(ep).cmd(f"ip route change {nic['prefix']} "
-                                   f"dev {fg.intf_name(ep, nic['port'])} rto_min {rto_min_ms}ms")
+            out = emu.host(ep).cmd(f"ip {hostconfig.nic_route(ep, nic, rto_min_ms)}")
             if out.strip():
                 raise TrafficError(f"{ep}: setting rto_min failed: {out.strip()}")
 
@@ -201,7 +199,7 @@ def ingress_drops(emu: Emulation, endpoints: list[str]) -> dict[str, int]:
     drops = {}
     for ep in endpoints:
         drops[ep] = sum(
-            leaf_queue_drops(emu.host(ep).cmd(f"tc -s qdisc show dev {ifb_name(ep, nic['port'])}"))
+            leaf_queue_drops(emu.host(ep).cmd(f"tc -s qdisc show dev {hostconfig.ifb_name(ep, nic['port'])}"))
             for nic in emu.graph.nodes[ep]["nics"])
     return drops
 
@@ -323,6 +321,10 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
                 pass  # a flow with no counted packet has no path
     drops_after = ingress_drops(emu, involved)
     drops = {ep: drops_after[ep] - drops_before[ep] for ep in involved}
+    if plan.transport.kind == "tcp":
+        checks.append(fidelity.tcp_segment_check(
+            part["mss"] for report in results.values() for record in report.get("transfers", [])
+            for part in record.get("parts", []) if part.get("mss")))
     return TrafficResult(plan, results, sampler.series, paths, drops, checks, errors)
 
 

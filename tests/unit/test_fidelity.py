@@ -64,3 +64,10 @@ def test_input_delay_limit_is_a_millisecond_or_a_tenth_of_a_packet_time():
     assert slow_hosts.threshold == pytest.approx(2.4) and slow_hosts.ok
     assert not fidelity.input_delay_check(2 * 2304.0, 1514 * 1000, 1000, 1.0,
                                           packet_time_s=12000 / 3e6).ok
+
+
+def test_tcp_segments_larger_than_a_1500_byte_mtus_make_a_run_invalid():
+    assert fidelity.tcp_segment_check([1448, 1448, 1000]).ok
+    jumbo = fidelity.tcp_segment_check([1448, 8948])
+    assert not jumbo.ok and jumbo.value == 8948 and jumbo.threshold == 1448
+    assert fidelity.tcp_segment_check([]).ok  # nothing sent, nothing to judge

@@ -8,6 +8,7 @@ import re
 import pytest
 
 import topologies
+from fabric.emulation import hostconfig
 from fabric.emulation.hostconfig import host_ip_batch
 from fabric.emulation.hostconfig import nic_for as _nic_for
 from fabric.model import graph as fg
@@ -138,3 +139,18 @@ def test_nic_for_longest_prefix():
     assert _nic_for(zones, "10.0.0.9")["port"] == 0
     assert _nic_for(zones, "10.1.0.9")["port"] == 1
     assert _nic_for(zones, "10.2.0.9") is None
+
+
+def test_a_minimum_rto_keeps_tcps_segment_size():
+    # `ip route change ... rto_min` alone would drop advmss: TCP would send 9000-byte frames
+    from types import SimpleNamespace
+
+    from fabric.emulation.traffic import set_rto_min
+
+    graph = topologies.build("two-zone")
+    ran = []
+    host = SimpleNamespace(cmd=lambda line: ran.append(line) or "")
+    set_rto_min(SimpleNamespace(graph=graph, host=lambda ep: host), ["st0"], 10)
+    assert ran == [f"ip {hostconfig.nic_route('st0', nic)} rto_min 10ms"
+                   for nic in graph.nodes["st0"]["nics"]]
+    assert all("advmss 1460" in line and "src 10." in line for line in ran)
