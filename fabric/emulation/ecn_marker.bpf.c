@@ -33,6 +33,7 @@ static long (*bpf_skb_store_bytes)(struct __sk_buff *skb, __u32 offset, const vo
                                    __u32 len, __u64 flags) = (void *)BPF_FUNC_skb_store_bytes;
 static long (*bpf_l3_csum_replace)(struct __sk_buff *skb, __u32 offset, __u64 from, __u64 to,
                                    __u64 size) = (void *)BPF_FUNC_l3_csum_replace;
+static long (*bpf_skb_pull_data)(struct __sk_buff *skb, __u32 len) = (void *)BPF_FUNC_skb_pull_data;
 
 struct queue {
     __u64 empty_at;  // ns: when the virtual queue drains, if nothing more comes
@@ -65,6 +66,15 @@ int mark(struct __sk_buff *skb)
 
     void *data = (void *)(long)skb->data;
     void *end = (void *)(long)skb->data_end;
+    __u32 headers = sizeof(struct ethhdr) + sizeof(struct iphdr);
+    if (data + headers > end) {
+        // a jumbo frame that ovs-vswitchd sent carries only its Ethernet header in the
+        // linear part (the rest in pages): pull the IP header in to read it
+        if (skb->len < headers || bpf_skb_pull_data(skb, headers))
+            return 0;
+        data = (void *)(long)skb->data;
+        end = (void *)(long)skb->data_end;
+    }
     struct ethhdr *eth = data;
     struct iphdr *ip = data + sizeof(*eth);
     if ((void *)(ip + 1) > end || eth->h_proto != __constant_htons(ETH_P_IP))
