@@ -33,7 +33,8 @@ static long (*bpf_skb_store_bytes)(struct __sk_buff *skb, __u32 offset, const vo
                                    __u32 len, __u64 flags) = (void *)BPF_FUNC_skb_store_bytes;
 static long (*bpf_l3_csum_replace)(struct __sk_buff *skb, __u32 offset, __u64 from, __u64 to,
                                    __u64 size) = (void *)BPF_FUNC_l3_csum_replace;
-static long (*bpf_skb_pull_data)(struct __sk_buff *skb, __u32 len) = (void *)BPF_FUNC_skb_pull_data;
+static long (*bpf_skb_load_bytes)(const struct __sk_buff *skb, __u32 offset, void *to,
+                                  __u32 len) = (void *)BPF_FUNC_skb_load_bytes;
 
 struct queue {
     __u64 empty_at;  // ns: when the virtual queue drains, if nothing more comes
@@ -64,22 +65,18 @@ int mark(struct __sk_buff *skb)
     // two CPUs may race here; one packet's worth of backlog is the worst error
     q->empty_at = start;
 
-    void *data = (void *)(long)skb->data;
-    void *end = (void *)(long)skb->data_end;
-    __u32 headers = sizeof(struct ethhdr) + sizeof(struct iphdr);
-    if (data + headers > end) {
-        // a jumbo frame that ovs-vswitchd sent carries only its Ethernet header in the
-        // linear part (the rest in pages): pull the IP header in to read it
-        if (skb->len < headers || bpf_skb_pull_data(skb, headers))
-            return 0;
-        data = (void *)(long)skb->data;
-        end = (void *)(long)skb->data_end;
-    }
-    struct ethhdr *eth = data;
-    struct iphdr *ip = data + sizeof(*eth);
-    if ((void *)(ip + 1) > end || eth->h_proto != __constant_htons(ETH_P_IP))
+    // read through the helper, not the linear data: a jumbo frame that ovs-vswitchd
+    // sent holds only its Ethernet header there (the rest in pages)
+    __u16 proto;
+    union {
+        __u16 word;  // the 16-bit word of the header the checksum covers
+        __u8 byte[2];  // version/IHL, TOS
+    } first;
+    if (bpf_skb_load_bytes(skb, 12, &proto, sizeof(proto)) ||
+        proto != __constant_htons(ETH_P_IP) ||
+        bpf_skb_load_bytes(skb, sizeof(struct ethhdr), &first, sizeof(first)))
         return 0;
-    __u8 tos = ip->tos;
+    __u8 tos = first.byte[1];
     if (!(tos & 3) || (tos & 3) == 3)
         return 0;  // not ECN-capable, or already marked upstream
     __sync_fetch_and_add(&q->ect, 1);
@@ -90,20 +87,13 @@ int mark(struct __sk_buff *skb)
         if (bpf_get_prandom_u32() >= p)
             return 0;
     }
-    // the first 16-bit word of the header holds the TOS byte: patch it and the checksum
-    __u16 old_word = *(__u16 *)ip;
-    __u8 ce = tos | 3;
-    __u32 tos_off = sizeof(*eth) + __builtin_offsetof(struct iphdr, tos);
-    if (bpf_skb_store_bytes(skb, tos_off, &ce, 1, 0))
+    __u16 old_word = first.word;
+    first.byte[1] = tos | 3;
+    __u32 tos_off = sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, tos);
+    if (bpf_skb_store_bytes(skb, tos_off, &first.byte[1], 1, 0))
         return 0;
-    data = (void *)(long)skb->data;
-    end = (void *)(long)skb->data_end;
-    ip = data + sizeof(*eth);
-    if ((void *)(ip + 1) > end)
-        return 0;
-    __u16 new_word = *(__u16 *)ip;
-    bpf_l3_csum_replace(skb, sizeof(*eth) + __builtin_offsetof(struct iphdr, check),
-                        old_word, new_word, 2);
+    bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, check),
+                        old_word, first.word, 2);
     __sync_fetch_and_add(&q->marked, 1);
     return 0;
 }
