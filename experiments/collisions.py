@@ -58,6 +58,7 @@ RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-
 
 TAKES_CONTROLLER_APP = True  # `fabric run collisions --controller-app` adds a policy
 TAKES_SPRAY_ENTROPY = True   # `--spray-entropy packet`: spraying senders take ports in turn
+TAKES_ROCE_MTU = True        # `--roce-mtu`: its senders are roce
 
 
 def app_policy(spec: str) -> str:

@@ -60,6 +60,7 @@ from fabric.traffic.placement import rank_hosts
 
 NAME = "failures"
 TAKES_SPRAY_ENTROPY = True   # `--spray-entropy packet`: spraying senders take ports in turn
+TAKES_ROCE_MTU = True        # `--roce-mtu`: its senders are roce
 QUESTION = "Which routing policy keeps a collective running when a link fails, flaps or slows?"
 POLICIES = ("ecmp", "spray", "adaptive")
 SCENARIOS = ("healthy", "link-down", "degraded", "flapping", "spine-down")

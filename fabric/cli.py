@@ -23,7 +23,7 @@ from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
 from fabric.traffic.model import (CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ENTROPY, ROCE_MTUS,
-                                  SPRAYING, TCP_ADVERTISED_MSS)
+                                  SPRAYING, TCP_SEGMENT_BYTES)
 from fabric.traffic.patterns import PATTERNS
 
 
@@ -235,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.spray_entropy and not getattr(module, "TAKES_SPRAY_ENTROPY", False):
         raise UsageError(f"argument --spray-entropy: {args.name} has no spraying senders "
                          f"(collisions and failures have)")
-    if args.roce_mtu and not getattr(module, "TAKES_SPRAY_ENTROPY", False):
+    if args.roce_mtu and not getattr(module, "TAKES_ROCE_MTU", False):
         raise UsageError(f"argument --roce-mtu: {args.name} has no roce senders "
                          f"(collisions and failures have)")
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
@@ -269,7 +269,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     parameters = outcome["parameters"]
     if "tcp_cc" in parameters:
         print(f"transport: TCP, {parameters['tcp_cc']} congestion control in every host, "
-              f"{TCP_ADVERTISED_MSS - 12}-byte segments")
+              f"{TCP_SEGMENT_BYTES}-byte segments")
     if "cc" in parameters:
         print(f"transport: roce, {parameters['cc']} congestion control, "
               f"{parameters['roce_mtu']}-byte payloads (RoCE path MTU)")

@@ -24,14 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabric.emulation.ovs import STATE_DIR
-from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
-from fabric.traffic.model import TCP_PACKET_BYTES
+from fabric.emulation.shaping import DEFAULT_FRAME_BYTES
 
 SOURCE = Path(__file__).with_name("ecn_marker.bpf.c")
 CACHE_DIR = STATE_DIR / "ecn"
 MARKER_PRIO = 1  # tc filter priority: before the lanes' u32 filters
 _U32_MAX = 2**32 - 1
-DEFAULT_FRAME_BYTES = TCP_PACKET_BYTES + ETHERNET_HEADER_BYTES
 
 
 class MarkerError(RuntimeError):

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fabric.emulation import ovs
-from fabric.traffic.model import TCP_ADVERTISED_MSS
+from fabric.emulation.shaping import DEFAULT_FRAME_BYTES
+from fabric.traffic.model import TCP_SEGMENT_BYTES
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_OVS_INPUT_DELAY_MS = 1.0  # against idle RTTs of 0.7-3 ms across the fabric
@@ -53,10 +54,8 @@ BACKLOG_SAMPLE_S = 0.005
 SMALL_FRAME_BYTES, SMALL_FRAME_TRUESIZE = 60, 832
 SKB_DATA_EXTRA_BYTES = 384
 SKB_STRUCT_BYTES = 256
-DEFAULT_FRAME_BYTES = 1514
 MAX_MACHINE_CPU = 0.95
 MIN_IDLE_PATH_RATE = 0.90
-TCP_SEGMENT_BYTES = TCP_ADVERTISED_MSS - 12  # with timestamps
 
 
 @dataclass(frozen=True)

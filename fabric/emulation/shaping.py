@@ -15,6 +15,7 @@ filter; it never classifies.
 from __future__ import annotations
 
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
+from fabric.traffic.model import TCP_PACKET_BYTES
 
 DEFAULT_QUEUE_PKTS = 64
 LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
@@ -23,6 +24,7 @@ LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
 LINK_MTU = 9000
 ETHERNET_HEADER_BYTES = 14  # counted by HTB; no FCS
 MAX_FRAME_BYTES = LINK_MTU + ETHERNET_HEADER_BYTES
+DEFAULT_FRAME_BYTES = TCP_PACKET_BYTES + ETHERNET_HEADER_BYTES  # a 1500-byte packet's
 LANE_FILTER_PRIO = 2  # after an ECN marker's filter (priority 1)
 # HTB warns above 200000 bytes of quantum and needs at least one frame.
 _MAX_QUANTUM = 200_000

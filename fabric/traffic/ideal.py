@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 import networkx as nx
 
 from fabric.model import graph as fg
-from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_PACKET_OVERHEAD, TCP_ADVERTISED_MSS
+from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_PACKET_OVERHEAD, TCP_SEGMENT_BYTES
 
 Link = tuple[str, str]
 _EPS = 1e-12
@@ -316,7 +316,7 @@ def link_capacity(graph: nx.Graph, link_mbps: Mapping[frozenset, float]) -> dict
 ROCE_DATA_OVERHEAD = 14 + ROCE_PACKET_OVERHEAD  # Ethernet, IPv4, UDP, BTH, ICRC
 ROCE_ACK_BYTES = 14 + 20 + 8 + 32 + 4         # the same around BTH+AETH+AckExt, no SACK bits
 ROCE_PACKETS_PER_ACK = 8                      # the agent's ACK coalescing
-TCP_MSS = TCP_ADVERTISED_MSS - 12            # data per segment with timestamps
+TCP_MSS = TCP_SEGMENT_BYTES
 TCP_OVERHEAD = 14 + 20 + 32
 TCP_SEGMENTS_PER_ACK = 2                      # delayed ACKs
 

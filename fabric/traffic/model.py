@@ -32,6 +32,7 @@ SOURCE_PORTS = range(10000, 32768)  # below Linux's ephemeral range (32768-60999
 # advertise this MSS (1448 bytes of data with timestamps), so incast figures compare
 # with the literature.
 TCP_ADVERTISED_MSS = 1460
+TCP_SEGMENT_BYTES = TCP_ADVERTISED_MSS - 12  # data per segment, with timestamps
 TCP_PACKET_BYTES = 1500
 ROCE_PACKET_OVERHEAD = 20 + 8 + 12 + 4  # IPv4, UDP, BTH, ICRC
 # RoCE path MTUs (payload bytes per packet) a NIC negotiates; AI fabrics run 4096.

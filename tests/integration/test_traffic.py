@@ -10,7 +10,7 @@ import topologies
 from fabric.analysis.report import summarize
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.traffic import build_plan, run_plan
-from fabric.traffic.model import TCP_ADVERTISED_MSS, Transfer, TransportSpec
+from fabric.traffic.model import TCP_SEGMENT_BYTES, Transfer, TransportSpec
 from fabric.traffic.patterns import PatternSpec, make_transfers
 
 
@@ -34,7 +34,7 @@ def test_ring_allreduce_puts_the_right_bytes_on_each_link(tmp_path: Path) -> Non
     assert all(totals[link] < 20_000 for link in idle)
     # the links carry jumbo frames, but TCP keeps a 1500-byte MTU's segments
     assert {part["mss"] for r in result.transfer_rows() for part in r["send_parts"]} == \
-        {TCP_ADVERTISED_MSS - 12}
+        {TCP_SEGMENT_BYTES}
 
 
 def test_roce_delivers_every_byte_once_when_sprayed_over_a_slow_path(tmp_path: Path) -> None:
