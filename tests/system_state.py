@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 
 SYSCTLS = ("net.core.rmem_default", "net.core.wmem_default",
-           "net.ipv6.conf.default.disable_ipv6", "net.ipv4.tcp_allowed_congestion_control")
+           "net.ipv6.conf.default.disable_ipv6", "net.ipv4.tcp_allowed_congestion_control",
+           "kernel.sched_rt_runtime_us")
 RUNS_DIR = Path("/run/fabric/runs")
 # command-line marks of the processes a run starts
 PROCESS_MARKS = ("-m controllers", "mininet:", "fabric.agent", "ovs-vswitchd", "ovsdb-server",

@@ -348,13 +348,14 @@ class Emulation:
             system.write_sysctl(key, value)
 
     def _run_sysctls(self) -> dict[str, str]:
-        """The global sysctls of this run: socket buffers, no IPv6 on new links, and the
+        """The global sysctls of this run: socket buffers, no IPv6 on new links, the
         TCP congestion control allowed to the hosts' namespaces (a namespace may only
-        choose an allowed one)."""
+        choose an allowed one) and what the forwarding thread needs."""
         allowed = system.read_sysctl(ALLOWED_TCP_CC).split()
         if self.options.tcp_cc not in allowed:
             allowed.append(self.options.tcp_cc)
-        return {**RUN_SYSCTLS, ALLOWED_TCP_CC: " ".join(allowed)}
+        return {**RUN_SYSCTLS, ALLOWED_TCP_CC: " ".join(allowed),
+                **ovs.forwarding_sysctls(self.report.datapath)}
 
     def _start_controller(self) -> None:
         status = self.workdir / "controller.json"

@@ -14,10 +14,17 @@ are running, and packets wait in its sockets meanwhile: that wait, not its
 CPU time, is what held the forwarding budget down. So the main thread runs
 ``SCHED_FIFO`` (a real switch forwards whatever its host is doing), with
 reset-on-fork so its handler and revalidator threads stay ordinary. It
-blocks in ``poll`` when idle, and the kernel's real-time throttling keeps
-5 % of every core for everyone else in any case. The agents now wait
-behind it instead: their worst timer stalls grow (see
-:mod:`fabric.emulation.capacity`).
+blocks in ``poll`` when idle. The agents now wait behind it instead: their
+worst timer stalls grow (see :mod:`fabric.emulation.capacity`).
+
+The kernel's real-time throttling (``kernel.sched_rt_runtime_us``, 950 ms
+of every second by default) stopped the thread for the rest of any second
+in which it had forwarded for more than 95 % of a core: every switch stood
+still for 30-50 ms, at the same phase of the second each time, and a 2 s
+run read 1-2.7 ms of input delay although the thread averaged 0.6-0.9 of a
+core. So a run lifts the throttle (:func:`forwarding_sysctls`) on machines
+with a second core, which keeps everything else running even if the thread
+ever needed a whole core (the input-delay check then fails the run).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ STATE_DIR = Path("/run/fabric")
 VSWITCHD_MARKER = STATE_DIR / "ovs-vswitchd.pid"
 WMEM_DEFAULT_BYTES = 4 * 1024 * 1024
 FORWARDING_RT_PRIORITY = 10  # SCHED_FIFO, below the kernel's own real-time threads (50, 99)
+RT_RUNTIME_SYSCTL = "kernel.sched_rt_runtime_us"  # -1: real-time threads are not throttled
 RUN_TAG = "fabric-run"  # external_ids key naming the run that made a bridge
 
 
@@ -168,6 +176,20 @@ def ensure_running(datapath: str) -> list[str]:
     if vswitchd is not None:
         system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
     return warnings + prioritize_forwarding(_start_vswitchd_with_wmem())
+
+
+def forwarding_sysctls(datapath: str, cpus: int | None = None) -> dict[str, str]:
+    """Global sysctls the forwarding thread needs for a run on ``datapath``.
+
+    Userspace forwarding on two or more cores lifts the kernel's real-time
+    throttling (see the module docstring); on one core it stays, so that a
+    busy switch can never take the only core.
+    """
+    if cpus is None:
+        cpus = os.cpu_count() or 1
+    if datapath == "user" and cpus >= 2:
+        return {RT_RUNTIME_SYSCTL: "-1"}
+    return {}
 
 
 def prioritize_forwarding(pid: int) -> list[str]:

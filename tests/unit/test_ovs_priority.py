@@ -59,3 +59,13 @@ def test_refusal_becomes_a_fidelity_warning(scheduler) -> None:
 
 def test_priority_stays_below_the_kernels_own_real_time_threads() -> None:
     assert 1 <= ovs.FORWARDING_RT_PRIORITY < 50
+
+
+def test_userspace_forwarding_on_two_cores_lifts_real_time_throttling() -> None:
+    assert ovs.forwarding_sysctls("user", cpus=2) == {"kernel.sched_rt_runtime_us": "-1"}
+
+
+@pytest.mark.parametrize("datapath, cpus", [("user", 1), ("kernel", 2), ("kernel", 1)])
+def test_throttling_stays_on_one_core_and_for_the_kernel_datapath(datapath: str,
+                                                                   cpus: int) -> None:
+    assert ovs.forwarding_sysctls(datapath, cpus=cpus) == {}
