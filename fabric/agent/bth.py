@@ -94,7 +94,7 @@ class Ack(NamedTuple):
     duplicates: int
     out_of_order: int
     bitmap: bytes
-    owd_us: int = 0  # one-way delay of the triggering packet; 0 when not measured
+    owd_us: int = 0  # mean one-way delay of the packets it acknowledges; 0: not measured
     echo: tuple[int, ...] = ()  # source ports of packets that arrived without queueing
 
 

@@ -9,8 +9,10 @@ per-RTT gate of loss cuts and their undo stay with the queue pair
     until they drop; kept for comparison.
 ``swift``
     Delay-based, after Google's Swift (Kumar et al., SIGCOMM 2020). Every
-    ACK carries the one-way fabric delay of the packet that triggered it
-    (all emulated hosts share one clock). Below the target the window grows
+    ACK carries the mean one-way fabric delay of the packets it acknowledges
+    (all emulated hosts share one clock; the mean, not the last packet's, so
+    that a sprayed flow reacts to its paths together, not to whichever one
+    the last packet took). Below the target the window grows
     additively (``ai`` packets per RTT); above it, at most once per RTT, it
     shrinks in proportion to the excess, ``1 - beta * (delay - target) /
     delay``, by at most ``max_mdf``. The target is the flow's base delay

@@ -7,6 +7,12 @@ An ACK is due after every ``ack_every`` new packets, on a packet with the
 ACK-request bit, on a duplicate (the sender is missing an ACK), on
 completion, or ``ack_delay_s`` after the first unacknowledged arrival.
 
+Each ACK carries the mean one-way delay of the packets that arrived since the
+previous one (``swift``'s signal). With ACKs coalesced, the last packet's delay
+alone would be one path's in eight when the flow is sprayed, and a sender that
+cut on it would back off for its most loaded path whatever the others carry;
+on one path the mean only smooths over a few consecutive packets.
+
 A packet that arrives marked CE (``dcqcn``) makes a CNP due, at most one per
 ``cnp_interval_s`` (DCQCN's notification point).
 
@@ -63,7 +69,8 @@ class RecvQP:
         self.cum = 0            # next PSN expected in order
         self.max_seen = -1
         self.trigger = 0        # PSN of the latest arrival (echoed for RTT samples)
-        self.trigger_owd_us = 0  # its one-way delay (echoed for delay-based control)
+        self.owd_sum_us = 0     # one-way delays since the last ACK (their mean is echoed)
+        self.owd_count = 0
         self.pending = 0        # arrivals not yet acknowledged
         self.pending_since = 0.0
         self.bytes = 0
@@ -97,7 +104,8 @@ class RecvQP:
         """Account one data packet; return True if an ACK should go out now.
 
         ``payload_len`` excludes BTH padding and ICRC; ``owd_us`` is the
-        packet's one-way delay (0: not measured); ``echo_port``, when not 0,
+        packet's one-way delay (0: not measured; the next ACK echoes the mean
+        of those measured since the last); ``echo_port``, when not 0,
         is the packet's UDP source port, to echo if it did not queue. A
         packet outside the message or of the wrong length is counted in
         :attr:`bad_packets` and dropped.
@@ -110,9 +118,11 @@ class RecvQP:
             self.bad_packets += 1
             return False
         self.trigger = index
-        self.trigger_owd_us = owd_us
-        if owd_us and (not self.base_owd_us or owd_us < self.base_owd_us):
-            self.base_owd_us = owd_us
+        if owd_us:
+            self.owd_sum_us += owd_us
+            self.owd_count += 1
+            if not self.base_owd_us or owd_us < self.base_owd_us:
+                self.base_owd_us = owd_us
         if (echo_port and owd_us and owd_us - self.base_owd_us <= self.echo_excess_us
                 and len(self.echo) < MAX_ECHO):
             self.echo.append(echo_port)
@@ -150,6 +160,8 @@ class RecvQP:
         """The ACKNOWLEDGE datagram for the current state (resets pending)."""
         self.pending = 0
         self.acks_sent += 1
+        owd_us = self.owd_sum_us // self.owd_count if self.owd_count else 0
+        self.owd_sum_us = self.owd_count = 0
         bitmap = b""
         hi = min(self.max_seen + 1, self.cum + 1 + MAX_BITMAP_BYTES * 8)
         if hi > self.cum + 1:
@@ -159,4 +171,4 @@ class RecvQP:
         echo, self.echo = self.echo, []
         return ack_packet(self.qpn, self.cum & PSN_MASK, 1 if self.complete else 0, ACK_KIND,
                           self.trigger & PSN_MASK, self.duplicates, self.out_of_order, bitmap,
-                          self.trigger_owd_us, echo)
+                          owd_us, echo)

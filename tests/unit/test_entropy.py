@@ -54,6 +54,17 @@ def test_the_receiver_echoes_the_ports_of_packets_that_did_not_queue():
     assert bth.parse_ack(qp.make_ack()).echo == ()  # echoed once
 
 
+def test_an_ack_carries_the_mean_delay_of_the_packets_since_the_last_one():
+    qp = RecvQP(0x101, 10 * 1000, 1000, ack_every=8)
+    for psn, owd in enumerate([1000, 2000, 6000]):  # a sprayed flow: one hot path
+        qp.on_data(psn, 1000, False, 0.0, owd_us=owd)
+    assert bth.parse_ack(qp.make_ack()).owd_us == 3000
+    qp.on_data(3, 1000, False, 0.0, owd_us=500)
+    qp.on_data(4, 1000, False, 0.0, owd_us=0)  # not measured: left out of the mean
+    assert bth.parse_ack(qp.make_ack()).owd_us == 500
+    assert bth.parse_ack(qp.make_ack()).owd_us == 0  # nothing measured since
+
+
 def test_echoes_roundtrip_on_the_wire_and_are_bounded():
     packet = bth.ack_packet(0x101, 7, 0, bth.ACK_KIND, 6, 0, 0, b"\x05", 1234, (5000, 65535))
     ack = bth.parse_ack(packet)
