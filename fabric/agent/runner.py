@@ -87,7 +87,8 @@ class Agent:
         self._settled: set[int] = set()  # id() of records completed or failed
         self._netstat_before: dict[str, int] = {}
         self._netstat: dict[str, int] = {}
-        self._cpu0 = 0.0
+        self._cpu0 = 0.0  # process CPU time when the traffic starts (after the gate)
+        self._setup_cpu = 0.0  # process CPU time spent before it
 
     # -- setup -------------------------------------------------------------------------
     def _prepare(self) -> bool:
@@ -123,6 +124,8 @@ class Agent:
                           self.options.roce, ports)
         self.engines = [tcp, roce]
         self.engine = tcp if plan.transport.kind == "tcp" else roce
+        if self.engine is roce:
+            self.loop.io_hold = roce.io_hold_s
         try:
             for engine in self.engines:
                 engine.bind()
@@ -169,7 +172,6 @@ class Agent:
         self.started_at = time.time()
         # start_at 0 (the model's default) means "as soon as the agent is up"
         self.start_at = self.plan.start_at if self.plan.start_at > 0 else self.started_at
-        self._cpu0 = time.process_time()
         ok = self._prepare()
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} \
             if threading.current_thread() is threading.main_thread() else {}
@@ -179,6 +181,9 @@ class Agent:
             if ok and self.options.start_gate:
                 ok = self._await_start()
             if ok:
+                # setup (sockets, port pools) is its own figure: cpu_s is the traffic's
+                self._setup_cpu = time.process_time()
+                self._cpu0 = self._setup_cpu
                 offset = time.monotonic() - time.time()
                 self.loop.call_at(self.start_at + offset, self._kick)
                 self.loop.call_at(self.start_at + self.plan.deadline_s + offset,
@@ -326,13 +331,14 @@ class Agent:
         errors.extend(f"{r.id} ({r.role}): {r.error}" for r in self.records if r.error)
         warnings = [w for engine in self.engines for w in engine.warnings]
         roce = self.engines[1].totals() if len(self.engines) > 1 else {}
-        cpu = time.process_time() - self._cpu0
+        cpu = time.process_time() - self._cpu0 if self._cpu0 else 0.0
         return {"host": self.host, "transport": self.plan.transport.kind,
                 "transfers": rows, "netstat": self._netstat, "roce": roce,
                 "errors": errors, "warnings": warnings, "ok": self.succeeded,
                 "started_at": self.started_at, "finished_at": self.finished_at,
                 "start_at": self.start_at,
-                "cpu_s": round(cpu, 4), "wakeups": self.loop.wakeups,
+                "cpu_s": round(cpu, 4), "setup_cpu_s": round(self._setup_cpu, 4),
+                "wakeups": self.loop.wakeups,
                 "wake_late": lateness_summary(self.loop.wake_late_s)}
 
 
