@@ -233,7 +233,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
     for spec in topos:
         graph = topologies.build(spec)
         base_mbps = ctx.host_mbps or capacity.auto_host_mbps(
-            graph, packet_bytes=ctx.roce().packet_bytes)
+            graph, packet_bytes=ctx.roce().packet_bytes,
+            headroom=capacity.ROCE_RATE_HEADROOM)
         for policy in policies:
             for share in sorted({RATE_SHARE[p] for p, _ in grid[spec]}, reverse=True):
                 mine = [(p, cc) for p, cc in grid[spec] if RATE_SHARE[p] == share]

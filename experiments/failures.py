@@ -430,7 +430,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
     graph = topologies.build(spec)
     seeds = _seeds(ctx)
     packet_bytes = ctx.roce().packet_bytes
-    host_mbps = ctx.host_mbps or capacity.auto_host_mbps(graph, packet_bytes=packet_bytes)
+    host_mbps = ctx.host_mbps or capacity.auto_host_mbps(
+        graph, packet_bytes=packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
     progress = Progress(len(POLICIES) * len(seeds) * len(SCENARIOS), NAME)
     log, timeline_rows = RunLog(), []
     overhead = ideal.transport_overhead("roce", ctx.roce_mtu)

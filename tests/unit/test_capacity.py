@@ -232,3 +232,17 @@ def test_the_budget_counts_packets_not_bits():
 def test_packet_sizes_the_links_cannot_carry_are_refused(size):
     with pytest.raises(CapacityError, match="full-size packets"):
         plan_rates(topologies.build("leaf-spine"), 1.0, packet_bytes=size)
+
+
+@pytest.mark.parametrize("spec", ["rail-clos", "fat-tree", "two-zone"])
+def test_a_headroom_leaves_that_share_of_the_budget_spare(spec):
+    graph = topologies.build(spec)
+    full = capacity.auto_host_mbps(graph, packet_bytes=4140)
+    spare = capacity.auto_host_mbps(graph, packet_bytes=4140,
+                                    headroom=capacity.ROCE_RATE_HEADROOM)
+    assert spare < full
+    plan = plan_rates(graph, spare, packet_bytes=4140)
+    assert plan.demand_pkt_hops <= capacity.ROCE_RATE_HEADROOM * plan.budget_pkt_hops
+    # the largest such step: half a Mbit/s more would not fit within the headroom
+    more = plan_rates(graph, spare + capacity.AUTO_RATE_STEP_MBPS, packet_bytes=4140)
+    assert more.demand_pkt_hops > capacity.ROCE_RATE_HEADROOM * more.budget_pkt_hops
