@@ -43,17 +43,9 @@ class EventLoop:
         monotonic time it wants to run again, or None. The RoCE engine uses
         it for pacing, delayed ACKs and loss timers, which would otherwise
         need one timer object per packet.
-    io_hold : float
-        Seconds after a wake-up during which ready sockets do not wake the
-        loop again (timers and services still do, on time): what arrives
-        then waits, and the next wake-up handles it with everything else.
-        A RoCE agent's paced sends and its arrivals would otherwise wake it
-        apart: holding halved its wake-ups and cut its CPU by a fifth in
-        sprayed runs.
     """
 
-    def __init__(self, service: Callable[[float], float | None] | None = None,
-                 io_hold: float = 0.0) -> None:
+    def __init__(self, service: Callable[[float], float | None] | None = None) -> None:
         self.selector = selectors.DefaultSelector()
         self._timers: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
@@ -62,8 +54,6 @@ class EventLoop:
         # seconds each wake-up that a timer or service asked for came after its time
         self.wake_late_s: list[float] = []
         self.wakeups = 0  # returns from the selector: each costs a context switch or two
-        self.io_hold = io_hold
-        self._woke = float("-inf")  # monotonic time of the last wake-up
 
     # -- registration ------------------------------------------------------------------
     def add_service(self, service: Callable[[float], float | None]) -> None:
@@ -125,12 +115,8 @@ class EventLoop:
         if self._timers and self._timers[0][0] < wake:
             wake = self._timers[0][0]
         timeout = max(0.0, wake - time.monotonic())
-        hold = self._woke + self.io_hold - time.monotonic()
-        if hold > 0:  # sleep through I/O, not through a deadline
-            time.sleep(min(hold, timeout))
-            timeout = max(0.0, wake - time.monotonic())
         events = self.selector.select(timeout)
-        woke = self._woke = time.monotonic()
+        woke = time.monotonic()
         self.wakeups += 1
         if woke >= wake and wake < now + max_wait:  # a deadline, not the idle cap
             self.wake_late_s.append(woke - wake)

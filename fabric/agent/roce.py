@@ -115,12 +115,6 @@ class PacketTimes:
     max_rto: float = 250.0
     min_reorder: float = 12.0  # floor of the loss detector's reordering allowance
     burst: float = 2.0        # pacer bucket depth (at least 2 packets)
-    # how long arrivals may wait for the loop's next wake-up (EventLoop.io_hold): as
-    # long as a paced sender's wake-ups are apart (RoceConfig.wake_packets), so that one
-    # wake-up sends, receives and acknowledges; far below a real NIC's processing delay
-    # (~1 us, a dozen 4 KB packet times at 400 Gbit/s). Kernel timestamps keep the
-    # measured delays exact.
-    io_hold: float = 2.0
     echo_excess: float = 2.0  # entropy recycling: queueing up to which a port is echoed
     cnp_interval: float = 20.0  # dcqcn: shortest gap between a queue pair's CNPs
     # after the sender's CLOSE, a receiver still counts what was in flight, so that
@@ -222,7 +216,6 @@ class RoceEngine(Engine):
                              max_rto_s=timers.max_rto * self.packet_time,
                              min_reorder_s=timers.min_reorder * self.packet_time)
         self.ack_delay_s = timers.ack_delay * self.packet_time
-        self.io_hold_s = timers.io_hold * self.packet_time
         if config.wake_packets < 1:
             raise ValueError(f"wake_packets must be at least 1, got {config.wake_packets}")
         # a full-size data packet as the pacer charges it (DATA_OVERHEAD has the

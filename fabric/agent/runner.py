@@ -124,8 +124,6 @@ class Agent:
                           self.options.roce, ports)
         self.engines = [tcp, roce]
         self.engine = tcp if plan.transport.kind == "tcp" else roce
-        if self.engine is roce:
-            self.loop.io_hold = roce.io_hold_s
         try:
             for engine in self.engines:
                 engine.bind()

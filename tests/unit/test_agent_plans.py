@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 
 from fabric.agent import addressing, netstat
-from fabric.agent.bth import DATA_OVERHEAD
 from fabric.agent.local import launch, loopback_hosts, run_plan
-from fabric.agent.roce import PacketTimes
 from fabric.agent.runner import Agent
 from fabric.traffic.model import Plan, Transfer, TransportSpec
 
@@ -131,18 +129,13 @@ def test_in_process_agent_leaves_no_threads_or_sockets(tmp_path: Path):
             proc.stderr.close()
 
 
-@pytest.mark.parametrize("kind", ["roce", "tcp"])
-def test_only_a_roce_agent_lets_arrivals_wait_for_its_paced_wake_ups(kind):
-    """Its loop holds I/O for as long as the pacer waits between wake-ups (two packet
-    times); a TCP agent's transport is the kernel's and its loop wakes at once."""
-    spec = TransportSpec(kind=kind, rate_mbps=8.5)
-    agent = Agent(Plan([], loopback_hosts(["a"]), spec), "a")
+def test_cpu_time_before_the_traffic_is_reported_apart():
+    """``cpu_s`` is the traffic's (from the start gate on), ``setup_cpu_s`` the rest:
+    the interpreter, the plan and the socket pools cost more than a short run."""
+    agent = Agent(Plan([], loopback_hosts(["a"]), TransportSpec(kind="roce")), "a")
     assert agent.run() == 0, agent.result()
-    packet_time = (spec.mtu_payload + DATA_OVERHEAD) * 8 / 8.5e6
-    expected = PacketTimes().io_hold * packet_time if kind == "roce" else 0.0
-    assert agent.loop.io_hold == pytest.approx(expected) and (expected > 0) == (kind == "roce")
     result = agent.result()
-    assert result["setup_cpu_s"] > 0 and result["cpu_s"] >= 0
+    assert result["setup_cpu_s"] > 0 and 0 <= result["cpu_s"] < result["setup_cpu_s"]
 
 
 def test_busy_port_is_an_error_not_shared():

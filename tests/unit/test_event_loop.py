@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 
 from fabric.agent.loop import EventLoop, lateness_summary
 
@@ -35,41 +34,6 @@ def test_io_before_the_deadline_and_the_idle_cap_are_not_lateness() -> None:
     assert got == [b"x"]
     assert loop.wake_late_s == []
     assert loop.wakeups == 2  # every return from the selector counts, I/O or not
-
-
-def test_io_waits_out_the_hold_after_a_wake_up_and_is_handled_in_one() -> None:
-    loop = EventLoop(io_hold=0.05)
-    a, b = socket.socketpair()
-    got = []
-    loop.register(a, 1, lambda mask: got.append(a.recv(16)))
-    b.send(b"x")
-    loop.run_once(max_wait=1.0)  # the first wake-up has no hold before it
-    woke = time.monotonic()
-    b.send(b"y")
-    b.send(b"z")
-    loop.run_once(max_wait=1.0)
-    held = time.monotonic() - woke
-    loop.close()
-    b.close()
-    assert b"".join(got) == b"xyz" and loop.wakeups == 2
-    assert held >= 0.049  # not woken by "y" at once
-    assert loop.wake_late_s == []  # waiting out the hold is not lateness
-
-
-def test_the_hold_never_delays_a_timer() -> None:
-    loop = EventLoop(io_hold=2.0)
-    a, b = socket.socketpair()
-    loop.register(a, 1, lambda mask: a.recv(16))
-    b.send(b"x")
-    loop.run_once(max_wait=5.0)
-    fired = []
-    loop.call_later(0.02, lambda: fired.append(time.monotonic()))
-    start = time.monotonic()
-    b.send(b"y")
-    loop.run_once(max_wait=5.0)
-    loop.close()
-    b.close()
-    assert fired and 0.02 <= fired[0] - start < 1.0  # at its time, not after the 2 s hold
 
 
 def test_summary_quantiles_in_milliseconds() -> None:
