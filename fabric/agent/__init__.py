@@ -20,8 +20,8 @@ Result JSON: ``{"host", "transport", "transfers": [row, ...], "netstat",
 "roce", "errors", "ok", "started_at", "start_at", "finished_at", "cpu_s",
 "setup_cpu_s", "wakeups", "wake_late"}`` (``cpu_s``: the process's CPU time once
 it was ready to start the traffic, ``setup_cpu_s`` before; ``wakeups``: how often
-the event loop returned from its selector; ``wake_late``: how late it woke for its timers,
-:func:`~fabric.agent.loop.lateness_summary`) where a row is
+the event loop returned from its selector; ``wake_late``: how late it woke for its
+timers, :func:`~fabric.agent.loop.lateness_summary`) where a row is
 :func:`fabric.traffic.model.result_dict` (``id, role, start, end, bytes``)
 plus ``peer, expected_bytes, tag, dscp, channel, src_ip, dst_ip, ready,
 error`` and the transport's counters. ``end`` is None for an
