@@ -39,10 +39,18 @@ def agent_cores(run_dir: Path) -> float | None:
 
 def one_run(name: str, out: Path) -> list[dict[str, str]]:
     """Run ``fabric run NAME --quick`` into ``out``; return its runs.csv rows."""
-    proc = subprocess.run([sys.executable, "-m", "fabric.cli", "run", name, "--quick",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    with subprocess.Popen([sys.executable, "-m", "fabric.cli", "run", name, "--quick",
+                           "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            _, stderr = proc.communicate()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the run too: let it tear its fabric down (subprocess.run
+            # would kill it half-way and leave the system changed)
+            proc.wait()
+            sys.exit(f"headroom: interrupted during {name} (its run cleaned up)")
     if proc.returncode not in (0, 1):  # 1: a run was invalid, which is what we measure
-        sys.exit(f"headroom: {name} failed (exit {proc.returncode}): {proc.stderr[-500:]}")
+        sys.exit(f"headroom: {name} failed (exit {proc.returncode}): {stderr[-500:]}")
     with (out / "runs.csv").open() as handle:
         return list(csv.DictReader(handle))
 
