@@ -38,9 +38,10 @@ def agent_cores(run_dir: Path) -> float | None:
 
 
 def one_run(name: str, out: Path) -> list[dict[str, str]]:
-    """Run ``fabric run NAME --quick`` into ``out``; return its runs.csv rows."""
+    """Run ``fabric run NAME --quick`` into ``out``, each run tried once (the margin is
+    what is measured here, repeats would hide it); return its runs.csv rows."""
     with subprocess.Popen([sys.executable, "-m", "fabric.cli", "run", name, "--quick",
-                           "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                           "--attempts", "1", "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True) as proc:
         try:
             _, stderr = proc.communicate()

@@ -229,7 +229,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     topos = list(grid)
     policies = run_policies(ctx)
     progress = Progress(sum(len(g) for g in grid.values()) * len(policies) * len(seeds), NAME)
-    log, link_rows = RunLog(), []
+    log, link_rows = RunLog(attempts=ctx.attempts), []
     for spec in topos:
         graph = topologies.build(spec)
         base_mbps = ctx.host_mbps or capacity.auto_host_mbps(

@@ -433,7 +433,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     host_mbps = ctx.host_mbps or capacity.auto_host_mbps(
         graph, packet_bytes=packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
     progress = Progress(len(POLICIES) * len(seeds) * len(SCENARIOS), NAME)
-    log, timeline_rows = RunLog(), []
+    log, timeline_rows = RunLog(attempts=ctx.attempts), []
     overhead = ideal.transport_overhead("roce", ctx.roce_mtu)
     for policy in POLICIES:
         with Emulation(graph, ctx.options(policy=policy, host_mbps=host_mbps,

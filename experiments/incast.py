@@ -242,7 +242,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     progress = Progress(len(configs), NAME)
     print(f"[{NAME}] {len(grid.buffers)} bring-ups, {len(configs)} runs, estimated "
           f"~{estimate:.0f} s", file=sys.stderr, flush=True)
-    log, round_rows, rates = RunLog(), [], set()
+    log, round_rows, rates = RunLog(attempts=ctx.attempts), [], set()
     for buffer_pkts in grid.buffers:
         options = ctx.options(host_mbps=host_rate(ctx.host_mbps),
                                    queue_pkts=buffer_pkts, busy_links=BUSY_LINKS)

@@ -233,7 +233,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     progress = Progress(len(LANES) * run_count(mode, len(seeds)), NAME)
     print(f"[{NAME}] {len(LANES)} bring-ups, {progress.total} runs, estimated "
           f"~{estimate:.0f} s", file=sys.stderr, flush=True)
-    log, rates = RunLog(), set()
+    log, rates = RunLog(attempts=ctx.attempts), set()
     for lanes_name, lanes in LANES.items():
         with Emulation(graph, ctx.options(host_mbps=ctx.host_mbps, lanes=lanes)) as emu:
             host_mbps = emu.report.rate_plan.host_mbps

@@ -271,7 +271,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     host_mbps = ctx.host_mbps or common_host_mbps(list(graphs.values()), datapath)
     transport = TransportSpec("tcp")
     progress = Progress(len(specs) * len(seeds) * len(PLACEMENTS), NAME)
-    log = RunLog()
+    log = RunLog(attempts=ctx.attempts)
     for over, spec in specs:
         graph = graphs[spec]
         with Emulation(graph, ctx.options(host_mbps=host_mbps)) as emu:

@@ -362,7 +362,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     progress = Progress(total, NAME)
     print(f"[{NAME}] {len(LANES)} bring-ups, {total} runs, estimated ~{estimate:.0f} s",
           file=sys.stderr, flush=True)
-    log, fetch_rows, rates = RunLog(), [], set()
+    log, fetch_rows, rates = RunLog(attempts=ctx.attempts), [], set()
     for lanes_name, lanes in LANES.items():
         with Emulation(graph, ctx.options(host_mbps=ctx.host_mbps, lanes=lanes)) as emu:
             host_mbps = emu.report.rate_plan.host_mbps

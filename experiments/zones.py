@@ -338,7 +338,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     target = TARGET_S[ctx.quick]
     transport = TransportSpec("tcp")
     progress = Progress(len(seeds) * len(PLACEMENTS), NAME)
-    log = RunLog()
+    log = RunLog(attempts=ctx.attempts)
     with Emulation(graph, ctx.options(host_mbps=ctx.host_mbps)) as emu:
         host_mbps = emu.report.rate_plan.host_mbps
         runs = (Scheduled({"placement": sched["placement"], "seed": seed}, sched["transfers"],

@@ -26,6 +26,9 @@ from fabric.traffic.model import (CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ENTROPY
                                   SPRAYING, TCP_SEGMENT_BYTES)
 from fabric.traffic.patterns import PATTERNS
 
+# fabric run --attempts: beyond this, repeating hides a machine too busy for the experiment
+MAX_ATTEMPTS = 10
+
 
 class UsageError(ValueError):
     """Options that are valid one by one but not together."""
@@ -244,6 +247,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                      app_entropy=args.app_entropy or "flow",
                      spray_entropy=args.spray_entropy or "recycle",
                      roce_mtu=args.roce_mtu or DEFAULT_ROCE_MTU)
+    if args.attempts is not None:
+        ctx.attempts = args.attempts
     try:
         module.check(ctx)  # the experiment can run on this topology
     except ValueError as exc:
@@ -297,8 +302,12 @@ def format_table(name: str, outcome: dict) -> str:
     lines += outcome.get("notes", [])
     fid = outcome["fidelity"]
     failed = [c["name"] for c in fid["checks"] if not c["ok"]]
+    repeated = fid.get("repeated_runs")
     lines.append(f"fidelity: {'valid' if fid['valid'] else 'INVALID (' + ', '.join(failed) + ')'}"
-                 f" over {fid['runs']} runs")
+                 f" over {fid['runs']} runs"
+                 + (f"; {repeated} repeated after the machine's load invalidated an attempt "
+                    f"({fid['discarded_attempts']} discarded, see discarded.csv)"
+                    if repeated else ""))
     return "\n".join(lines)
 
 
@@ -547,6 +556,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="collisions, failures: how the spray and adaptive senders pick "
                           "source ports: recycling the ones echoed as uncongested (REPS, "
                           "default) or simply the next one per packet")
+    run.add_argument("--attempts", type=argtypes.integer(1, MAX_ATTEMPTS), default=None,
+                     help="how often to try a run that failed only the load-dependent "
+                          "fidelity checks (OVS input delay, machine CPU); the attempts given "
+                          "up are listed in discarded.csv (default: 3; 1: never repeat)")
     _pcap_args(run, "of every run, one subdirectory per run", "the fabric's first endpoint")
     run.set_defaults(func=cmd_run)
 

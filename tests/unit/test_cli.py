@@ -179,3 +179,13 @@ def test_traffic_csv_joins_list_cells_of_any_type(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "fct_s,id,path,src_ports"
     assert lines[1:] == [",t0,h0/l0/h1,49152/49153", "1.5,t1,,"]
+
+
+def test_run_attempts_default_is_the_experiments_and_is_named_in_the_help():
+    from experiments.common import DEFAULT_ATTEMPTS, RunContext
+    from fabric.cli import build_parser
+
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    attempts = next(a for a in run._actions if a.dest == "attempts")
+    assert f"default: {DEFAULT_ATTEMPTS};" in attempts.help
+    assert RunContext(Path("x")).attempts == DEFAULT_ATTEMPTS

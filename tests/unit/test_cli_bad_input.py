@@ -122,6 +122,8 @@ CASES = [
     (["traffic", "fat-tree,k=5"], "k must be even"),
     # run
     (["run", "collisions", "--seeds", "0", "--out", "{d}/out"], "--seeds"),
+    (["run", "collisions", "--attempts", "0", "--out", "{d}/out"], "--attempts"),
+    (["run", "incast", "--attempts", "11", "--out", "{d}/out"], "--attempts"),
     (["run", "collisions", "--controller-app", "nosuch", "--out", "{d}/out"],
      "--controller-app"),
     (["run", "incast", "--controller-app", "controllers.ecmp:EcmpApp", "--out", "{d}/out"],
