@@ -17,6 +17,20 @@ reset-on-fork so its handler and revalidator threads stay ordinary. It
 blocks in ``poll`` when idle. The agents now wait behind it instead: their
 worst timer stalls grow (see :mod:`fabric.emulation.capacity`).
 
+ovs-vswitchd's userspace datapath allocates a batch of 32 receive buffers (port
+MTU sized) for every port on every main-loop iteration and frees them when the
+port had nothing, and it runs with ``mlockall``. With glibc's default trim
+threshold the top of its heap went back to the kernel and was grown again on
+every iteration, each time populating and locking the pages (``perf`` on the
+forwarding thread, ``benchmarks/ovs_loop.py``): a freshly started daemon spent
+~85 % of the thread in the kernel's page handling, 6-9 ms per iteration, and
+runs read 4-5 ms of input delay, until glibc's adaptive threshold happened to
+move (why the first bring-up after a restart was often slow and later ones
+not). So the daemon starts with trimming off (:data:`VSWITCHD_ENV`). glibc's
+malloc and free still take ~30 % of the thread; tcmalloc (~8 %) and jemalloc
+(~30 %) were tried and left out, tcmalloc moving neither the thread's CPU nor
+the input delay measurably.
+
 The kernel's real-time throttling (``kernel.sched_rt_runtime_us``, 950 ms
 of every second by default) stopped the thread for the rest of any second
 in which it had forwarded for more than 95 % of a core: every switch stood
@@ -48,6 +62,9 @@ WMEM_DEFAULT_BYTES = 4 * 1024 * 1024
 FORWARDING_RT_PRIORITY = 10  # SCHED_FIFO, below the kernel's own real-time threads (50, 99)
 RT_RUNTIME_SYSCTL = "kernel.sched_rt_runtime_us"  # -1: real-time threads are not throttled
 RUN_TAG = "fabric-run"  # external_ids key naming the run that made a bridge
+# ovs-vswitchd's environment: glibc keeps the top of its heap however much of it is
+# free, up to 256 MiB (see the module docstring)
+VSWITCHD_ENV = {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456"}
 
 
 def kernel_datapath_available() -> bool:
@@ -85,8 +102,18 @@ def vswitchd_pid() -> int | None:
     return _daemon_pid("ovs-vswitchd")
 
 
-def _ovs_ctl(*args: str) -> None:
-    system.run([str(OVS_SCRIPTS / "ovs-ctl"), *args], timeout=60)
+def _ovs_ctl(*args: str, env: dict[str, str] | None = None) -> None:
+    system.run([str(OVS_SCRIPTS / "ovs-ctl"), *args], timeout=60, env=env)
+
+
+def started_with(pid: int, settings: dict[str, str]) -> bool:
+    """True when process ``pid`` started with every variable of ``settings`` (False if
+    its environment cannot be read: it is then restarted, as a foreign daemon is)."""
+    try:
+        environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+    except OSError:
+        return False
+    return all(f"{key}={value}".encode() in environ for key, value in settings.items())
 
 
 def bridges() -> list[str]:
@@ -167,11 +194,13 @@ def ensure_running(datapath: str) -> list[str]:
         if vswitchd is None:
             _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start")
         return warnings
-    if vswitchd is not None and vswitchd == _marker_pid():
+    if (vswitchd is not None and vswitchd == _marker_pid()
+            and started_with(vswitchd, VSWITCHD_ENV)):
         return warnings + prioritize_forwarding(vswitchd)
     if vswitchd is not None and bridges():
-        warnings.append("ovs-vswitchd was started elsewhere and has bridges, so it was not "
-                        "restarted: its send buffer may be too small and drop bursts")
+        warnings.append("ovs-vswitchd was started elsewhere (or by an older fabric) and has "
+                        "bridges, so it was not restarted: its send buffer may be too small "
+                        "and drop bursts, and its heap trimming may stall forwarding")
         return warnings
     if vswitchd is not None:
         system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
@@ -240,7 +269,8 @@ def _start_vswitchd_with_wmem() -> int:
     # send socket, created at the first packet, gets the large buffer.
     if int(system.read_sysctl("net.core.wmem_default")) < WMEM_DEFAULT_BYTES:
         raise system.HostSetupError("raise net.core.wmem_default before starting ovs-vswitchd")
-    _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start")
+    # ovs-ctl passes its environment on to the daemon
+    _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start", env={**os.environ, **VSWITCHD_ENV})
     pid = _daemon_pid("ovs-vswitchd")
     if pid is None:
         raise system.HostSetupError("ovs-vswitchd did not start; see /var/log/openvswitch/")

@@ -33,11 +33,12 @@ def preflight() -> None:
                            f"Mininet, Open vSwitch and the network tools")
 
 
-def run(args: list[str], check: bool = True, timeout: float = 30, input_text: str | None = None
-        ) -> subprocess.CompletedProcess:
-    """Run ``args`` and capture text output; raise with its stderr on failure."""
+def run(args: list[str], check: bool = True, timeout: float = 30, input_text: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``args`` (in ``env``, or this process's environment) and capture text output;
+    raise with its stderr on failure."""
     proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
-                          input=input_text)
+                          input=input_text, env=env)
     if check and proc.returncode != 0:
         raise HostSetupError(f"{' '.join(args[:3])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
