@@ -41,8 +41,8 @@ def one_run(name: str, out: Path) -> list[dict[str, str]]:
     """Run ``fabric run NAME --quick`` into ``out``, each run tried once (the margin is
     what is measured here, repeats would hide it); return its runs.csv rows."""
     with subprocess.Popen([sys.executable, "-m", "fabric.cli", "run", name, "--quick",
-                           "--attempts", "1", "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True) as proc:
+                           "--attempts", "1", "--out", str(out)], cwd=ROOT,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
         try:
             _, stderr = proc.communicate()
         except KeyboardInterrupt:
