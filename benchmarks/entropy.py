@@ -84,11 +84,12 @@ def main() -> None:
                                for r in rows}, ranks, size, plan.host_mbps)
                             if spans else float("nan"))
                 checks = {c["name"]: c for c in fidelity_of(result, [idle])["checks"]}
-                delay.append(checks["ovs_input_delay_ms"]["value"])
+                if checks["ovs_input_delay_ms"]["value"] is not None:
+                    delay.append(checks["ovs_input_delay_ms"]["value"])
             print(f"  {mode:7s} pool {pool:5d}: busiest uplink {statistics.fmean(busiest):.3f} "
                   f"(max {max(busiest):.3f}); throughput {statistics.fmean(measured):.3f} "
                   f"(ideal on the split {statistics.fmean(best):.3f}); OVS input delay "
-                  f"max {max(delay):.2f} ms")
+                  f"max {max(delay, default=float('nan')):.2f} ms")
 
 
 if __name__ == "__main__":

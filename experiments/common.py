@@ -9,6 +9,7 @@ root: it builds fabrics) and ``plot(run_dir)`` (no root: reads the CSVs).
 from __future__ import annotations
 
 import itertools
+import json
 import statistics
 import sys
 import time
@@ -30,7 +31,7 @@ WARM_UP_PACKETS = 16  # per transfer, before a bring-up's first measured run
 # The fidelity checks that measure the machine's load at the time of a run, not the run
 # itself: a run that fails only these was not emulated faithfully, but nothing in it
 # went wrong, so it is tried again (up to ``attempts`` times, ``fabric run --attempts``).
-RUN_CHECKS = ("ovs_input_delay_ms", "machine_cpu")
+RUN_CHECKS = ("ovs_input_delay_ms", "machine_cpu", "agent_late_share")
 DEFAULT_ATTEMPTS = 3
 
 
@@ -220,6 +221,9 @@ def _run_all(emu: Emulation, runs: Iterable[Scheduled], transport: TransportSpec
             name = run.name if attempt == 1 else f"{run.name}-attempt{attempt}"
             result = _attempt(emu, run, transport, workdir / name, deadline_s, capture_spec)
             report = fidelity_of(result, [idle])
+            # every attempt's checks with their details, beside its agents' reports
+            (workdir / name).mkdir(parents=True, exist_ok=True)
+            (workdir / name / "fidelity.json").write_text(json.dumps(report, indent=1))
             if attempt == log.attempts or not overloaded(report):
                 break
             log.discarded.append({**run.keys, "attempt": attempt, "workdir": name,
@@ -325,8 +329,8 @@ def overloaded(report: dict[str, Any]) -> bool:
 
 def overload_text(report: dict[str, Any]) -> str:
     """The failed load-dependent checks of ``report``, with their values and limits."""
-    return ", ".join(f"{c['name']} {c['value']} > {c['threshold']}"
-                     for c in report.get("checks", [])
+    return ", ".join(f"{c['name']} {c['value']} > {c['threshold']}" if c["value"] is not None
+                     else f"{c['name']} {c['detail']}" for c in report.get("checks", [])
                      if not c["ok"] and c["name"] in RUN_CHECKS)
 
 

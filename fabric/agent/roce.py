@@ -163,20 +163,38 @@ class _Pacer:
     one wake-up leaves it a packet time apart, and each data packet is stamped
     with the time it starts to leave, not the time it was handed over, so its
     one-way delay is the fabric's alone.
+
+    ``late_s`` is the wire time the NIC lost to the agent: when the pacer has
+    spent its tokens it plans the next send (``planned``), and the NIC's queue
+    runs dry about then; a send that comes later, with the queue empty, leaves
+    the wire idle for the difference (the agent waited for a CPU). ``busy_s`` is
+    the wire time of everything queued, so ``late_s / (busy_s + late_s)`` is the
+    share of the NIC's sending time the emulation, not the transport, took.
     """
 
-    __slots__ = ("bucket", "active", "free_at")
+    __slots__ = ("bucket", "active", "free_at", "planned", "late_s", "busy_s")
 
     def __init__(self, bucket: TokenBucket) -> None:
         self.bucket = bucket
         self.active: deque[_Sender] = deque()
         self.free_at = 0.0  # monotonic
+        self.planned: float | None = None  # monotonic
+        self.late_s = 0.0
+        self.busy_s = 0.0
 
     def departs(self, wire_bytes: int) -> float:
         """Queue ``wire_bytes`` on the NIC; return when they start to leave (monotonic)."""
         start = max(time.monotonic(), self.free_at)
-        self.free_at = start + wire_bytes / self.bucket.rate
+        wire_s = wire_bytes / self.bucket.rate
+        self.free_at = start + wire_s
+        self.busy_s += wire_s
         return start
+
+    def sending(self, now: float, planned: float | None) -> None:
+        """Count the NIC's idle time since ``planned`` (the send the pacer had planned
+        for then happens at ``now``); None: nothing was planned."""
+        if planned is not None and now > planned and now > self.free_at:
+            self.late_s += now - max(planned, self.free_at)
 
 
 class RoceEngine(Engine):
@@ -592,12 +610,21 @@ class RoceEngine(Engine):
                 continue
             bucket = pacer.bucket
             tokens = bucket.refill(now)
+            # the send planned when the tokens ran out, if it is due (else it stays)
+            planned = pacer.planned
+            if planned is not None and now >= planned:
+                pacer.planned = None
+            else:
+                planned = None
             idle, size = 0, len(active)
             while tokens > 0 and idle < size:
                 sender = active[0]
                 active.rotate(-1)
                 if sender.qp.can_send(now):
                     idle = 0
+                    if planned is not None:
+                        pacer.sending(now, planned)
+                        planned = None
                     tokens -= self._send_data(sender, now)
                     sent.add(sender)
                 else:
@@ -608,6 +635,10 @@ class RoceEngine(Engine):
             bucket.tokens = tokens
             if tokens <= 0:
                 ready = bucket.ready_at(now, self._wake_reserve)
+                # a plan only when the tokens, not the windows, hold the senders back: a
+                # send that waits for an ACK is the transport's, however late it comes
+                if any(s.qp.can_send(ready) for s in active):
+                    pacer.planned = ready
                 if wake is None or ready < wake:
                     wake = ready
         for sender in sent:  # what they just sent may start a loss timer
@@ -672,8 +703,10 @@ class RoceEngine(Engine):
                 record.extra["arrivals"] = [[round(flat[i], 4), round(flat[i + 1], 4)]
                                             for i in range(0, len(flat), 2)]
 
-    def totals(self) -> dict[str, int]:
-        """Counters summed over the agent's queue pairs (call after :meth:`snapshot`)."""
+    def totals(self) -> dict[str, float]:
+        """Counters summed over the agent's queue pairs (call after :meth:`snapshot`),
+        and the NICs' wire time busy and lost to the agent's lateness
+        (``pacer_busy_s``, ``pacer_late_s``, see :class:`_Pacer`)."""
         send = [s.qp for s in self.senders.values()]
         recv = [qp for _, qp in self.receivers.values()]
         totals = Counter(dict.fromkeys(SendQP.COUNTERS + RecvQP.COUNTERS, 0))
@@ -683,6 +716,8 @@ class RoceEngine(Engine):
                       bytes_received=sum(q.bytes for q in recv), unknown_qp=self.unknown_qp,
                       bad_packets=self.bad_packets, send_errors=self.send_errors,
                       icmp_errors=self.icmp_errors)
+        totals.update(pacer_busy_s=round(sum(p.busy_s for p in self.pacers.values()), 6),
+                      pacer_late_s=round(sum(p.late_s for p in self.pacers.values()), 6))
         return dict(totals)
 
     def close(self) -> None:

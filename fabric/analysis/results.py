@@ -15,6 +15,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
@@ -108,9 +109,11 @@ def write_summary(run_dir: Path, experiment: str, table: list[dict[str, Any]],
 def merge_fidelity(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Combine per-run fidelity reports: valid only if every run was valid.
 
-    Each check keeps its worst value and how many runs failed it.
+    Each check keeps its range of values and how many runs failed it; a run whose
+    check measured nothing (value None) counts in ``unmeasured_runs``, not the range.
     """
     merged: dict[str, dict[str, Any]] = {}
+    runs_of: Counter[str] = Counter()  # runs that had each check
     runs = invalid = 0
     for report in reports:
         runs += 1
@@ -120,11 +123,15 @@ def merge_fidelity(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
                                                       "threshold": check["threshold"],
                                                       "values": []})
             entry["values"].append(check["value"])
+            runs_of[check["name"]] += 1
             entry["failed_runs"] += 0 if check["ok"] else 1
     checks = []
     for entry in merged.values():
-        values = entry.pop("values")
-        checks.append({**entry, "min": min(values), "max": max(values),
+        values = [v for v in entry.pop("values") if v is not None]
+        unmeasured = {"unmeasured_runs": runs_of[entry["name"]] - len(values)} \
+            if len(values) < runs_of[entry["name"]] else {}
+        checks.append({**entry, "min": min(values, default=None),
+                       "max": max(values, default=None), **unmeasured,
                        "ok": entry["failed_runs"] == 0})
     return {"valid": invalid == 0 and runs > 0, "runs": runs, "invalid_runs": invalid,
             "checks": checks}

@@ -17,7 +17,15 @@ Checks, each with its measured value and threshold:
   unseen. (The busiest ovs-vswitchd thread's CPU share is reported too, but
   is no verdict: the userspace datapath polls its sockets busily and shows
   near 100 % with a single 20 Mbit/s flow.)
+  No verdict without evidence: when ovs-vswitchd's sockets were not found on
+  every switch port, or the sampler (a thread of the launching process, which
+  competes for the same cores) took fewer than a quarter of its samples, the
+  check fails with no value.
 * ``machine_cpu``: share of all cores busy (agents, shaping and OVS compete);
+* ``agent_late_share`` (roce runs, added by the traffic runner): the share of
+  the NICs' sending time lost because an agent sent later than its pacer had
+  planned, with the NIC's queue already empty: the agent waited for a CPU, so
+  the link idled for the emulator's sake, not the transport's. At most 2 %.
 * ``hidden_socket_drops``: drops counted by the kernel on ovs-vswitchd's
   packet sockets, which no OVS counter shows;
 * ``idle_path_rate`` (added by the traffic runner): goodput of one flow on
@@ -29,6 +37,7 @@ Checks, each with its measured value and threshold:
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -54,7 +63,10 @@ BACKLOG_SAMPLE_S = 0.005
 SMALL_FRAME_BYTES, SMALL_FRAME_TRUESIZE = 60, 832
 SKB_DATA_EXTRA_BYTES = 384
 SKB_STRUCT_BYTES = 256
+# the sampler must have taken at least this share of its samples for a verdict
+MIN_SAMPLE_SHARE = 0.25
 MAX_MACHINE_CPU = 0.95
+MAX_AGENT_LATE_SHARE = 0.02
 MIN_IDLE_PATH_RATE = 0.90
 
 
@@ -152,6 +164,12 @@ def input_delay_check(mean_backlog: float, rx_bytes: int, rx_packets: int,
                  f"{rx_packets / elapsed_s:.0f} packets/s")
 
 
+def unmeasured_input_delay(reason: str, packet_time_s: float | None = None) -> Check:
+    """The input-delay check failed for want of evidence (``reason``): no value."""
+    return Check("ovs_input_delay_ms", math.nan, input_delay_limit_ms(packet_time_s), False,
+                 f"not measured: {reason}")
+
+
 class FidelityMonitor:
     """Measure OVS input backlog, CPU and hidden drops between start and stop.
 
@@ -178,6 +196,7 @@ class FidelityMonitor:
         self._drops0 = 0
         self._rx0 = (0, 0)
         self._inodes: set[int] = set()
+        self._ports_read: set[str] = set()  # switch ports with a socket of ovs-vswitchd
         self._backlog: list[int] = []
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample_backlog, daemon=True,
@@ -191,6 +210,7 @@ class FidelityMonitor:
         self._machine0 = machine_ticks()
         self._drops0 = sum(s.drops for s in ovs.packet_sockets())
         self._inodes = ovs.socket_inodes(self._ovs_pid) if self._ovs_pid else set()
+        self._ports_read = ovs.packet_socket_devices(self._inodes)
         self._rx0 = switch_rx(self.switch_ports)
         self._sampler.start()
 
@@ -206,9 +226,20 @@ class FidelityMonitor:
         checks = []
         rx_bytes, rx_packets = (now - before for now, before
                                 in zip(switch_rx(self.switch_ports), self._rx0))
-        mean = sum(self._backlog) / len(self._backlog) if self._backlog else 0.0
-        checks.append(input_delay_check(mean, rx_bytes, rx_packets, elapsed,
-                                        self.packet_time_s, self.frame_bytes))
+        missing = sorted(set(self.switch_ports) - self._ports_read)
+        expected = elapsed / BACKLOG_SAMPLE_S
+        if missing:
+            checks.append(unmeasured_input_delay(
+                f"no ovs-vswitchd socket on {len(missing)} of {len(self.switch_ports)} switch "
+                f"ports ({', '.join(missing[:3])})", self.packet_time_s))
+        elif len(self._backlog) < max(1.0, MIN_SAMPLE_SHARE * expected):
+            checks.append(unmeasured_input_delay(
+                f"{len(self._backlog)} backlog samples of {expected:.0f} (the sampler waited "
+                f"for a CPU)", self.packet_time_s))
+        else:
+            mean = sum(self._backlog) / len(self._backlog)
+            checks.append(input_delay_check(mean, rx_bytes, rx_packets, elapsed,
+                                            self.packet_time_s, self.frame_bytes))
         if self._ovs_pid:
             threads1 = thread_cpu_ticks(self._ovs_pid)
             used = {t: threads1[t] - self._threads0.get(t, 0) for t in threads1}
@@ -232,6 +263,24 @@ class FidelityMonitor:
         return checks
 
 
+def agent_lateness_check(agents: Iterable[dict[str, Any]]) -> Check | None:
+    """The share of the NICs' sending time lost to the agents' lateness (``roce`` totals
+    ``pacer_late_s`` and ``pacer_busy_s`` of each agent's result); None without roce
+    sending."""
+    busy = late = 0.0
+    for agent in agents:
+        roce = agent.get("roce") or {}
+        busy += roce.get("pacer_busy_s", 0.0)
+        late += roce.get("pacer_late_s", 0.0)
+    if busy <= 0:
+        return None
+    share = late / (busy + late)
+    return Check("agent_late_share", round(share, 4), MAX_AGENT_LATE_SHARE,
+                 share <= MAX_AGENT_LATE_SHARE,
+                 f"{late * 1e3:.0f} ms of {busy + late:.1f} s of NIC sending time idle while "
+                 f"an agent waited for a CPU")
+
+
 def idle_path_check(achieved_mbps: float, configured_mbps: float) -> Check:
     """Goodput of one flow on an idle path against the configured rate."""
     ratio = achieved_mbps / configured_mbps if configured_mbps else 0.0
@@ -249,5 +298,12 @@ def tcp_segment_check(segment_bytes: Iterable[int]) -> Check:
 
 
 def report(checks: list[Check]) -> dict[str, Any]:
-    """``{"valid": all ok, "checks": [...]}`` for results and manifests."""
-    return {"valid": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]}
+    """``{"valid": all ok, "checks": [...]}`` for results and manifests; a check that
+    measured nothing (value NaN) has the value None (JSON null)."""
+    return {"valid": all(c.ok for c in checks),
+            "checks": [{**asdict(c), "value": None if _unmeasured(c.value) else c.value}
+                       for c in checks]}
+
+
+def _unmeasured(value: float) -> bool:
+    return isinstance(value, float) and math.isnan(value)

@@ -47,6 +47,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -348,6 +349,21 @@ def packet_socket_backlog(inodes: set[int], proc_net_packet: str | None = None) 
         if len(fields) >= 9 and fields[4] != "0" and int(fields[8]) in inodes:
             total += int(fields[6])
     return total
+
+
+def packet_socket_devices(inodes: set[int], proc_net_packet: str | None = None) -> set[str]:
+    """Names of the devices that the bound packet sockets in ``inodes`` receive from."""
+    text = proc_net_packet if proc_net_packet is not None else \
+        Path("/proc/net/packet").read_text()
+    names = set()
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 9 and fields[4] != "0" and int(fields[8]) in inodes:
+            try:
+                names.add(socket.if_indextoname(int(fields[4])))
+            except OSError:
+                continue  # the device went while we looked
+    return names
 
 
 def _join_ss_lines(out: str) -> list[str]:

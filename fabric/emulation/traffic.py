@@ -321,6 +321,10 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
                 pass  # a flow with no counted packet has no path
     drops_after = ingress_drops(emu, involved)
     drops = {ep: drops_after[ep] - drops_before[ep] for ep in involved}
+    if plan.transport.kind == "roce":
+        late = fidelity.agent_lateness_check(results.values())
+        if late is not None:
+            checks.append(late)
     if plan.transport.kind == "tcp":
         checks.append(fidelity.tcp_segment_check(
             part["mss"] for report in results.values() for record in report.get("transfers", [])

@@ -1,8 +1,8 @@
 """Every experiment's quick variant on real fabrics: data, manifest, summary, figures,
 and a complete, consistent fidelity verdict.
 
-Only the load-dependent checks (``experiments.common.RUN_CHECKS``: OVS's input delay
-and the machine's CPU) may fail here: they measure how much CPU this machine had to
+Only the load-dependent checks (``experiments.common.RUN_CHECKS``: OVS's input delay,
+the machine's CPU and the link time the agents lost waiting for it) may fail here: they measure how much CPU this machine had to
 spare at that moment, and this VM's agents took 30-40 % more CPU time for the same
 work at some hours than at others (its host is shared). That is a performance figure,
 measured alone by ``benchmarks/headroom.py``; the default rates leave room for it. Every other

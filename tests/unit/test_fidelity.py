@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 import pytest
 
 from fabric.emulation import fidelity, ovs
@@ -71,3 +74,64 @@ def test_tcp_segments_larger_than_a_1500_byte_mtus_make_a_run_invalid():
     jumbo = fidelity.tcp_segment_check([1448, 8948])
     assert not jumbo.ok and jumbo.value == 8948 and jumbo.threshold == 1448
     assert fidelity.tcp_segment_check([]).ok  # nothing sent, nothing to judge
+
+
+def test_the_sockets_ports_are_named_by_their_interface_index():
+    text = PROC_NET_PACKET.replace("   12    1 2304", "   1     1 2304")  # ifindex 1: lo
+    assert ovs.packet_socket_devices({5001, 5003}, text) == {"lo"}  # 5003 is unbound
+    assert ovs.packet_socket_devices(set(), text) == set()
+
+
+def _quiet_machine(monkeypatch: pytest.MonkeyPatch, ports_read: set[str],
+                   backlog_s: float = 0.0) -> None:
+    """No ovs-vswitchd to read; its sockets sit on ``ports_read``; each backlog sample
+    takes ``backlog_s``."""
+    def backlog(inodes: set[int]) -> int:
+        time.sleep(backlog_s)
+        return 0
+    monkeypatch.setattr(ovs, "vswitchd_pid", lambda: None)
+    monkeypatch.setattr(ovs, "packet_sockets", lambda: [])
+    monkeypatch.setattr(ovs, "packet_socket_devices", lambda inodes: ports_read)
+    monkeypatch.setattr(ovs, "packet_socket_backlog", backlog)
+    monkeypatch.setattr(fidelity, "switch_rx", lambda devices: (0, 0))
+
+
+def _monitored(seconds: float) -> dict[str, fidelity.Check]:
+    monitor = fidelity.FidelityMonitor(["s0-eth1", "s0-eth2"])
+    monitor.start()
+    time.sleep(seconds)
+    return {c.name: c for c in monitor.stop()}
+
+
+def test_input_delay_without_a_socket_on_every_port_is_no_verdict(monkeypatch):
+    _quiet_machine(monkeypatch, {"s0-eth1"})
+    check = _monitored(0.1)["ovs_input_delay_ms"]
+    assert not check.ok and math.isnan(check.value)
+    assert "1 of 2 switch ports (s0-eth2)" in check.detail
+    # reported as null, never as a delay of 0
+    assert fidelity.report([check])["checks"][0]["value"] is None
+
+
+def test_input_delay_from_a_starved_sampler_is_no_verdict(monkeypatch):
+    # each sample takes 50 ms: at most 1 in 11 of the samples due every 5 ms
+    _quiet_machine(monkeypatch, {"s0-eth1", "s0-eth2"}, backlog_s=0.05)
+    check = _monitored(0.5)["ovs_input_delay_ms"]
+    assert not check.ok and math.isnan(check.value) and "sampler" in check.detail
+
+
+def test_input_delay_with_every_port_read_and_samples_is_a_verdict(monkeypatch):
+    _quiet_machine(monkeypatch, {"s0-eth1", "s0-eth2"})
+    check = _monitored(0.5)["ovs_input_delay_ms"]
+    assert check.ok and check.value == 0.0  # nothing arrived, nothing waited
+
+
+def test_agent_lateness_is_the_share_of_the_nics_sending_time_lost():
+    agents = [{"roce": {"pacer_busy_s": 9.0, "pacer_late_s": 0.1}},
+              {"roce": {"pacer_busy_s": 0.8, "pacer_late_s": 0.1}},
+              {"roce": {}}, {"transfers": []}]
+    check = fidelity.agent_lateness_check(agents)
+    assert check.value == pytest.approx(0.2 / 10.0) and check.ok  # at the limit
+    late = fidelity.agent_lateness_check([{"roce": {"pacer_busy_s": 9.0,
+                                                    "pacer_late_s": 0.3}}])
+    assert late.value == pytest.approx(0.3 / 9.3, abs=1e-4) and not late.ok
+    assert fidelity.agent_lateness_check([{"roce": {}}, {}]) is None  # no roce sending

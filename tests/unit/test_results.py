@@ -35,6 +35,16 @@ def test_merge_fidelity_is_invalid_when_any_run_failed():
     assert results.merge_fidelity([])["valid"] is False
 
 
+def test_merged_ranges_leave_out_runs_that_measured_nothing():
+    ok = {"valid": True, "checks": [{"name": "a", "value": 0.5, "threshold": 1.0, "ok": True}]}
+    none = {"valid": False, "checks": [{"name": "a", "value": None, "threshold": 1.0,
+                                        "ok": False}]}
+    (check,) = results.merge_fidelity([ok, none])["checks"]
+    assert (check["min"], check["max"], check["unmeasured_runs"]) == (0.5, 0.5, 1)
+    (check,) = results.merge_fidelity([none])["checks"]
+    assert check["min"] is None and check["max"] is None and not check["ok"]
+
+
 def test_a_figure_says_how_many_of_its_runs_failed_a_fidelity_check():
     from fabric.analysis.plotstyle import validity_mark
 

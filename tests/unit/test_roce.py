@@ -279,6 +279,52 @@ def test_a_pacer_out_of_tokens_wakes_when_wake_packets_may_go(wake_packets):
         loop.close()
 
 
+def _paced_sender(transfer_bytes: int):
+    """An engine sending one transfer at 1 MB/s (1000-byte payloads), not yet serviced."""
+    hosts = loopback_hosts(["a", "b"])
+    src, dst = _ip(hosts, "a"), _ip(hosts, "b")
+    loop = EventLoop()
+    engine = RoceEngine(loop, TransportSpec(kind="roce", mtu_payload=1000, rate_mbps=8),
+                        [src], lambda r: None, lambda r, e: None)
+    record = TransferRecord(Transfer("t", "a", "b", transfer_bytes), SEND, qpn=0x100,
+                            src_ip=src, dst_ip=dst)
+    engine.start_send(record, time.monotonic())
+    return loop, engine, engine.pacers[src]
+
+
+@pytest.mark.parametrize("late_s", [0.0, 0.5])
+def test_a_late_send_counts_the_wire_time_the_nic_lost(late_s):
+    """The pacer plans its next send when its tokens run out; a service that comes
+    later than planned, with the NIC's queue empty by then, lost the difference."""
+    loop, engine, pacer = _paced_sender(2_000_000)
+    try:
+        planned = engine.service(time.monotonic())  # spends the bucket, plans the next
+        assert pacer.planned == planned and pacer.busy_s > 0
+        engine.service(planned + late_s)
+        # the queue ran dry at the plan or a little after (sends took real time)
+        assert late_s - 0.05 < pacer.late_s <= late_s
+        assert engine.totals()["pacer_late_s"] == pytest.approx(pacer.late_s, abs=1e-6)
+    finally:
+        engine.close()
+        loop.close()
+
+
+def test_no_lateness_when_nothing_is_left_to_send():
+    """A sender that has sent everything when the tokens run out has no planned send:
+    however late the engine runs next, nothing is counted (the wait is the transport's)."""
+    loop, engine, pacer = _paced_sender(1000)  # one packet
+    try:
+        now = time.monotonic()
+        pacer.bucket.tokens = 1.0  # one packet takes the balance below zero
+        engine.service(now)
+        assert engine.senders[0x100].qp.packets_sent == 1 and pacer.planned is None
+        engine.service(now + 1.0)
+        assert pacer.late_s == 0.0
+    finally:
+        engine.close()
+        loop.close()
+
+
 def test_packets_nobody_acknowledges_are_resent_on_the_timeout():
     """The engine skips its service on wake-ups that changed nothing but the time: the
     loss timer of what it just sent must still be in the wake-up it asks for."""
