@@ -9,7 +9,8 @@ Checks, each with its measured value and threshold:
   truesize (a 1514-byte frame takes 2304 bytes, a 4154-byte one 8448, a
   60-byte ACK 832: power-of-two slabs), so the arrival rate is converted to the
   same unit, knowing the run's full-size frame. The backlog is sampled every
-  5 ms from /proc/net/packet: a light run carries only a few hundred
+  5 ms from /proc/net/packet (by :mod:`fabric.emulation.backlog`, a process of its
+  own at real-time priority): a light run carries only a few hundred
   packets in bursts of a few ms, and at 20 ms one sample that happened to
   land on a burst could double its estimate (4-sender incast runs read up to
   1.3 ms at 20 ms sampling, at most 0.54 ms at 5 ms). A datapath that keeps up drains them every
@@ -18,9 +19,8 @@ Checks, each with its measured value and threshold:
   is no verdict: the userspace datapath polls its sockets busily and shows
   near 100 % with a single 20 Mbit/s flow.)
   No verdict without evidence: when ovs-vswitchd's sockets were not found on
-  every switch port, or the sampler (a thread of the launching process, which
-  competes for the same cores) took fewer than a quarter of its samples, the
-  check fails with no value.
+  every switch port, or the sampler took fewer than a quarter of its samples,
+  the check fails with no value.
 * ``machine_cpu``: share of all cores busy (agents, shaping and OVS compete);
 * ``agent_late_share`` (roce runs, added by the traffic runner): the share of
   the NICs' sending time lost because an agent sent later than its pacer had
@@ -37,15 +37,17 @@ Checks, each with its measured value and threshold:
 
 from __future__ import annotations
 
+import json
 import math
 import os
-import threading
+import subprocess
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from fabric.emulation import ovs
+from fabric.emulation import backlog, ovs
 from fabric.emulation.shaping import DEFAULT_FRAME_BYTES
 from fabric.traffic.model import TCP_SEGMENT_BYTES
 
@@ -63,7 +65,8 @@ BACKLOG_SAMPLE_S = 0.005
 SMALL_FRAME_BYTES, SMALL_FRAME_TRUESIZE = 60, 832
 SKB_DATA_EXTRA_BYTES = 384
 SKB_STRUCT_BYTES = 256
-# the sampler must have taken at least this share of its samples for a verdict
+# the sampler must have taken at least this share of its samples for a verdict: fewer
+# is a sample every 20 ms or more, too coarse for runs' millisecond bursts (see above)
 MIN_SAMPLE_SHARE = 0.25
 MAX_MACHINE_CPU = 0.95
 MAX_AGENT_LATE_SHARE = 0.02
@@ -195,33 +198,67 @@ class FidelityMonitor:
         self._machine0 = (0, 0, 0)
         self._drops0 = 0
         self._rx0 = (0, 0)
-        self._inodes: set[int] = set()
         self._ports_read: set[str] = set()  # switch ports with a socket of ovs-vswitchd
-        self._backlog: list[int] = []
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample_backlog, daemon=True,
-                                         name="ovs-backlog")
+        self._sampler: subprocess.Popen | None = None
+
+    def arm(self) -> None:
+        """Find ovs-vswitchd's sockets and start the backlog sampler, which waits for
+        :meth:`start`: call it before the traffic's processes start, or the sampler
+        starts up beside them and misses the beginning."""
+        self._ovs_pid = ovs.vswitchd_pid()
+        inodes = ovs.socket_inodes(self._ovs_pid) if self._ovs_pid else set()
+        self._ports_read = ovs.packet_socket_devices(inodes)
+        if inodes:
+            # its own process: see fabric.emulation.backlog for why not a thread
+            self._sampler = subprocess.Popen(
+                backlog.command(sys.executable, inodes, BACKLOG_SAMPLE_S),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                start_new_session=True)
 
     def start(self) -> None:
-        """Take the first readings and start sampling the socket backlog."""
+        """Take the first readings and start sampling the socket backlog (arming the
+        monitor first if :meth:`arm` was not called)."""
+        if self._ovs_pid is None:
+            self.arm()
         self._t0 = time.monotonic()
-        self._ovs_pid = ovs.vswitchd_pid()
+        if self._sampler is not None:
+            try:
+                self._sampler.stdin.write(b"go\n")
+                self._sampler.stdin.flush()
+            except OSError:
+                pass  # it died: no samples, no verdict (stop)
+        self._rx0 = switch_rx(self.switch_ports)
         self._threads0 = thread_cpu_ticks(self._ovs_pid) if self._ovs_pid else {}
         self._machine0 = machine_ticks()
+        # last: it runs `ss`, which under load takes up to a second
         self._drops0 = sum(s.drops for s in ovs.packet_sockets())
-        self._inodes = ovs.socket_inodes(self._ovs_pid) if self._ovs_pid else set()
-        self._ports_read = ovs.packet_socket_devices(self._inodes)
-        self._rx0 = switch_rx(self.switch_ports)
-        self._sampler.start()
 
-    def _sample_backlog(self) -> None:
-        while not self._stop.wait(BACKLOG_SAMPLE_S):
-            self._backlog.append(ovs.packet_socket_backlog(self._inodes))
+    def _sampled(self) -> tuple[int, float]:
+        """End the sampler; return its number of samples and their sum (0, 0 without)."""
+        if self._sampler is None:
+            return 0, 0.0
+        try:
+            out, _ = self._sampler.communicate(timeout=10)  # closes its input: it ends
+            found = json.loads(out)
+            return int(found["samples"]), float(found["total"])
+        except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+            return 0, 0.0
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the sampler if it still runs (a run that failed before :meth:`stop`)."""
+        if self._sampler is not None:
+            if self._sampler.poll() is None:
+                self._sampler.kill()
+                self._sampler.wait()
+            for pipe in (self._sampler.stdin, self._sampler.stdout):
+                pipe.close()
+            self._sampler = None
 
     def stop(self) -> list[Check]:
         """Take the second readings and return the checks."""
-        self._stop.set()
-        self._sampler.join()
+        samples, total = self._sampled()
         elapsed = max(time.monotonic() - self._t0, 1e-6)
         checks = []
         rx_bytes, rx_packets = (now - before for now, before
@@ -232,14 +269,15 @@ class FidelityMonitor:
             checks.append(unmeasured_input_delay(
                 f"no ovs-vswitchd socket on {len(missing)} of {len(self.switch_ports)} switch "
                 f"ports ({', '.join(missing[:3])})", self.packet_time_s))
-        elif len(self._backlog) < max(1.0, MIN_SAMPLE_SHARE * expected):
+        elif samples < max(1.0, MIN_SAMPLE_SHARE * expected):
             checks.append(unmeasured_input_delay(
-                f"{len(self._backlog)} backlog samples of {expected:.0f} (the sampler waited "
-                f"for a CPU)", self.packet_time_s))
+                f"{samples} backlog samples of {expected:.0f} (the sampler waited for a "
+                f"CPU)", self.packet_time_s))
         else:
-            mean = sum(self._backlog) / len(self._backlog)
-            checks.append(input_delay_check(mean, rx_bytes, rx_packets, elapsed,
-                                            self.packet_time_s, self.frame_bytes))
+            check = input_delay_check(total / samples, rx_bytes, rx_packets, elapsed,
+                                      self.packet_time_s, self.frame_bytes)
+            checks.append(replace(check, detail=f"{check.detail}; {samples} samples of "
+                                                f"{expected:.0f}"))
         if self._ovs_pid:
             threads1 = thread_cpu_ticks(self._ovs_pid)
             used = {t: threads1[t] - self._threads0.get(t, 0) for t in threads1}

@@ -333,24 +333,6 @@ def socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def packet_socket_backlog(inodes: set[int], proc_net_packet: str | None = None) -> int:
-    """Receive memory (skb truesize, bytes) queued on the bound packet sockets in ``inodes``.
-
-    Reads ``/proc/net/packet`` (its ``Rmem`` column is the socket's receive
-    allocation, as ``ss -m`` shows it) rather than spawning ``ss``, so that
-    sampling every few milliseconds costs almost nothing.
-    """
-    text = proc_net_packet if proc_net_packet is not None else \
-        Path("/proc/net/packet").read_text()
-    total = 0
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        # sk RefCnt Type Proto Iface R Rmem User Inode; Iface 0 is the unbound send socket
-        if len(fields) >= 9 and fields[4] != "0" and int(fields[8]) in inodes:
-            total += int(fields[6])
-    return total
-
-
 def packet_socket_devices(inodes: set[int], proc_net_packet: str | None = None) -> set[str]:
     """Names of the devices that the bound packet sockets in ``inodes`` receive from."""
     text = proc_net_packet if proc_net_packet is not None else \

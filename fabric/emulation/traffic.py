@@ -278,6 +278,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
         packet_bytes + ETHERNET_HEADER_BYTES)
     errors: list[str] = []
     try:
+        fid.arm()  # its sampler starts up before the agents do
         for ep in involved:
             agents[ep] = emu.host(ep).popen(
                 [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path), "--host", ep,
@@ -299,6 +300,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
                     proc.wait()
             checks = fid.stop()
     finally:
+        fid.close()
         for proc in agents.values():
             if proc.poll() is None:
                 proc.kill()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import time
 
 import pytest
 
-from fabric.emulation import fidelity, ovs
+from fabric.emulation import backlog, fidelity, ovs
 
 PROC_NET_PACKET = """\
 sk               RefCnt Type Proto  Iface R Rmem   User   Inode
@@ -20,8 +23,46 @@ sk               RefCnt Type Proto  Iface R Rmem   User   Inode
 
 def test_backlog_sums_bound_sockets_of_the_process_only():
     # 5003 is the process's unbound send socket, 7777 another process's socket
-    assert ovs.packet_socket_backlog({5001, 5002, 5003}, PROC_NET_PACKET) == 2304 + 832
-    assert ovs.packet_socket_backlog(set(), PROC_NET_PACKET) == 0
+    assert backlog.packet_socket_backlog({5001, 5002, 5003}, PROC_NET_PACKET) == 2304 + 832
+    assert backlog.packet_socket_backlog(set(), PROC_NET_PACKET) == 0
+
+
+def _sampler(tmp_path) -> subprocess.Popen:
+    source = tmp_path / "packet"
+    source.write_text(PROC_NET_PACKET)
+    return subprocess.Popen([sys.executable, "-I", backlog.__file__, "--interval", "0.01",
+                             "--inodes", "5001,5002", "--source", str(source)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def test_the_sampler_process_samples_from_go_until_its_input_closes(tmp_path):
+    sampler = _sampler(tmp_path)
+    time.sleep(0.2)  # armed: it waits
+    sampler.stdin.write("go\n")
+    sampler.stdin.flush()
+    time.sleep(0.3)
+    out, _ = sampler.communicate(timeout=10)
+    found = json.loads(out)
+    assert sampler.returncode == 0 and 1 <= found["samples"] <= 31  # one per 10 ms at most
+    assert found["total"] == found["samples"] * (2304 + 832)
+
+
+def test_the_sampler_starts_real_time_only_where_the_launcher_may_do_that(monkeypatch):
+    root = "Name:\tx\nCapEff:\t000001ffffffffff\n"
+    user = "Name:\tx\nCapEff:\t0000000000000000\n"
+    no_nice = f"Name:\tx\nCapEff:\t{(1 << 41) - 1 - (1 << 23):016x}\n"
+    assert backlog.can_raise_priority(root)
+    assert not backlog.can_raise_priority(user) and not backlog.can_raise_priority(no_nice)
+    monkeypatch.setattr(backlog, "can_raise_priority", lambda: True)
+    argv = backlog.command("python3", {7, 5}, 0.005)
+    assert argv[:3] == ["chrt", "-f", "5"] and argv[-2:] == ["--inodes", "5,7"]
+    monkeypatch.setattr(backlog, "can_raise_priority", lambda: False)
+    assert backlog.command("python3", {5}, 0.005)[0] == "python3"
+
+
+def test_a_sampler_closed_before_go_took_no_sample(tmp_path):
+    out, _ = _sampler(tmp_path).communicate(timeout=10)
+    assert json.loads(out) == {"samples": 0, "total": 0}
 
 
 def test_truesize_matches_the_kernels_accounting_of_data_and_acks():
@@ -82,30 +123,23 @@ def test_the_sockets_ports_are_named_by_their_interface_index():
     assert ovs.packet_socket_devices(set(), text) == set()
 
 
-def _quiet_machine(monkeypatch: pytest.MonkeyPatch, ports_read: set[str],
-                   backlog_s: float = 0.0) -> None:
-    """No ovs-vswitchd to read; its sockets sit on ``ports_read``; each backlog sample
-    takes ``backlog_s``."""
-    def backlog(inodes: set[int]) -> int:
-        time.sleep(backlog_s)
-        return 0
+def _monitored(monkeypatch: pytest.MonkeyPatch, ports_read: set[str], samples: int,
+               total: float = 0.0) -> fidelity.Check:
+    """The input-delay check of a monitor whose ovs-vswitchd has sockets on
+    ``ports_read`` and whose sampler took ``samples`` samples summing to ``total``."""
     monkeypatch.setattr(ovs, "vswitchd_pid", lambda: None)
     monkeypatch.setattr(ovs, "packet_sockets", lambda: [])
     monkeypatch.setattr(ovs, "packet_socket_devices", lambda inodes: ports_read)
-    monkeypatch.setattr(ovs, "packet_socket_backlog", backlog)
     monkeypatch.setattr(fidelity, "switch_rx", lambda devices: (0, 0))
-
-
-def _monitored(seconds: float) -> dict[str, fidelity.Check]:
+    monkeypatch.setattr(fidelity.FidelityMonitor, "_sampled", lambda self: (samples, total))
     monitor = fidelity.FidelityMonitor(["s0-eth1", "s0-eth2"])
     monitor.start()
-    time.sleep(seconds)
-    return {c.name: c for c in monitor.stop()}
+    time.sleep(0.2)  # 40 samples due
+    return {c.name: c for c in monitor.stop()}["ovs_input_delay_ms"]
 
 
 def test_input_delay_without_a_socket_on_every_port_is_no_verdict(monkeypatch):
-    _quiet_machine(monkeypatch, {"s0-eth1"})
-    check = _monitored(0.1)["ovs_input_delay_ms"]
+    check = _monitored(monkeypatch, {"s0-eth1"}, samples=1000)
     assert not check.ok and math.isnan(check.value)
     assert "1 of 2 switch ports (s0-eth2)" in check.detail
     # reported as null, never as a delay of 0
@@ -113,16 +147,14 @@ def test_input_delay_without_a_socket_on_every_port_is_no_verdict(monkeypatch):
 
 
 def test_input_delay_from_a_starved_sampler_is_no_verdict(monkeypatch):
-    # each sample takes 50 ms: at most 1 in 11 of the samples due every 5 ms
-    _quiet_machine(monkeypatch, {"s0-eth1", "s0-eth2"}, backlog_s=0.05)
-    check = _monitored(0.5)["ovs_input_delay_ms"]
+    check = _monitored(monkeypatch, {"s0-eth1", "s0-eth2"}, samples=1)
     assert not check.ok and math.isnan(check.value) and "sampler" in check.detail
 
 
 def test_input_delay_with_every_port_read_and_samples_is_a_verdict(monkeypatch):
-    _quiet_machine(monkeypatch, {"s0-eth1", "s0-eth2"})
-    check = _monitored(0.5)["ovs_input_delay_ms"]
+    check = _monitored(monkeypatch, {"s0-eth1", "s0-eth2"}, samples=1000)
     assert check.ok and check.value == 0.0  # nothing arrived, nothing waited
+    assert "1000 samples of" in check.detail
 
 
 def test_agent_lateness_is_the_share_of_the_nics_sending_time_lost():
