@@ -1,16 +1,16 @@
 """What waits in ovs-vswitchd's receive sockets: a reader, and a sampler process.
 
-The sampler runs as its own process (``python -I backlog.py``, standard library
-only), started at real-time priority below ovs-vswitchd's forwarding thread
-(:func:`command`). As a
-thread of the launching process it took only 27-70 % of its samples in sprayed
-runs: it had to take Python's interpreter lock from the launcher's other
-threads, which waited for a CPU behind the hosts' agents. As a process of its
-own it keeps its 5 ms period (p99 5-7 ms) in the same runs. It is started
-before the hosts' agents and at that priority (at normal priority beside the
-agents' start it took up to 1.3 s to read its first line) and waits: it samples from a line ``go`` on its standard input until that input
-closes (also when the launcher dies), then prints
-``{"samples": n, "total": bytes}``.
+The sampler runs as a process of its own (``python -I backlog.py``, standard
+library only), started at real-time priority below ovs-vswitchd's forwarding
+thread (:func:`command`). As a thread of the launching process it took only
+26-70 % of its samples in sprayed runs: it had to take Python's interpreter
+lock from the launcher's other threads, which waited for a CPU behind the
+hosts' agents. Started at normal priority beside the agents, it took up to
+1.3 s to come up. So it is started before them, at that priority, and waits:
+it samples from a line ``go`` on its standard input until that input closes
+(also when the launcher dies), then prints ``{"samples": n, "total": bytes}``.
+Measured in the main job's runs: a sample every 5.0 ms (p99 5-7 ms), 99 % of
+the samples due.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ def packet_socket_backlog(inodes: set[int], proc_net_packet: str) -> int:
     ``inodes``, from the text of ``/proc/net/packet``.
 
     Its ``Rmem`` column is the socket's receive allocation, as ``ss -m`` shows
-    it; reading the file rather than spawning ``ss`` costs ~0.4 ms a sample.
+    it; reading the file rather than spawning ``ss`` costs well under a
+    millisecond a sample.
     """
     # nine columns: sk RefCnt Type Proto Iface R Rmem User Inode, under a header of nine
     # words; one split of the whole text costs a fraction of one per line (every 5 ms)
