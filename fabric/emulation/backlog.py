@@ -92,7 +92,12 @@ def main() -> None:
     parser.add_argument("--interval", type=float, required=True, help="seconds")
     parser.add_argument("--source", default=PROC_NET_PACKET)
     args = parser.parse_args()
-    inodes = {int(i) for i in args.inodes.split(",") if i}
+    try:
+        inodes = {int(i) for i in args.inodes.split(",") if i}
+    except ValueError:
+        parser.error(f"--inodes must be numbers separated by commas, got {args.inodes!r}")
+    if not 0.001 <= args.interval <= 1:
+        parser.error(f"--interval must be 0.001..1 s, got {args.interval}")
     print(json.dumps(sample(inodes, args.interval, args.source)), flush=True)
 
 
