@@ -1,16 +1,16 @@
 """What waits in ovs-vswitchd's receive sockets: a reader, and a sampler process.
 
 The sampler runs as a process of its own (``python -I backlog.py``, standard
-library only), started at real-time priority below ovs-vswitchd's forwarding
-thread (:func:`command`). As a thread of the launching process it took only
-26-70 % of its samples in sprayed runs: it had to take Python's interpreter
-lock from the launcher's other threads, which waited for a CPU behind the
-hosts' agents. Started at normal priority beside the agents, it took up to
-1.3 s to come up. So it is started before them, at that priority, and waits:
-it samples from a line ``go`` on its standard input until that input closes
-(also when the launcher dies), then prints ``{"samples": n, "total": bytes}``.
-Measured in the main job's runs: a sample every 5.0 ms (p99 5-7 ms), 99 % of
-the samples due.
+library only). As a thread of the launching process it took only 26-70 % of
+its samples in sprayed runs, also at real-time priority: it had to take
+Python's interpreter lock from the launcher's other threads, which waited for
+a CPU behind the hosts' agents. Started beside the agents, it took up to 1.3 s
+to come up. So it is started before them and waits: it samples from a line
+``go`` on its standard input until that input closes (also when the launcher
+dies), then prints ``{"samples": n, "total": bytes}``. Measured in the main
+job's runs: 92-99 % of the samples due, at normal priority (at real-time
+priority 99 %, but it then took its CPU before the agents, which lost more of
+their link time).
 """
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ import argparse
 import json
 import os
 import select
-import shutil
 import time
 
 PROC_NET_PACKET = "/proc/net/packet"
-RT_PRIORITY = 5  # SCHED_FIFO, below ovs-vswitchd's forwarding thread (10)
-CAP_SYS_NICE = 23
 
 
 def packet_socket_backlog(inodes: set[int], proc_net_packet: str) -> int:
@@ -46,26 +43,10 @@ def packet_socket_backlog(inodes: set[int], proc_net_packet: str) -> int:
     return total
 
 
-def can_raise_priority(status: str | None = None) -> bool:
-    """Whether this process may start others at real-time priority (CAP_SYS_NICE in
-    its effective capabilities, from ``/proc/self/status`` or ``status``)."""
-    if status is None:
-        with open("/proc/self/status") as handle:
-            status = handle.read()
-    for line in status.splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> CAP_SYS_NICE & 1)
-    return False
-
-
 def command(python: str, inodes: set[int], interval_s: float) -> list[str]:
-    """The sampler's command line, under ``chrt`` at :data:`RT_PRIORITY` where this
-    process may (else at normal priority: the launcher judges what it gets)."""
-    argv = [python, "-I", os.path.abspath(__file__), "--interval", str(interval_s),
+    """The sampler's command line."""
+    return [python, "-I", os.path.abspath(__file__), "--interval", str(interval_s),
             "--inodes", ",".join(map(str, sorted(inodes)))]
-    if can_raise_priority() and shutil.which("chrt"):
-        return ["chrt", "-f", str(RT_PRIORITY), *argv]
-    return argv
 
 
 def sample(inodes: set[int], interval_s: float, source: str = PROC_NET_PACKET) -> dict:

@@ -10,7 +10,7 @@ Checks, each with its measured value and threshold:
   60-byte ACK 832: power-of-two slabs), so the arrival rate is converted to the
   same unit, knowing the run's full-size frame. The backlog is sampled every
   5 ms from /proc/net/packet (by :mod:`fabric.emulation.backlog`, a process of its
-  own at real-time priority): a light run carries only a few hundred
+  own): a light run carries only a few hundred
   packets in bursts of a few ms, and at 20 ms one sample that happened to
   land on a burst could double its estimate (4-sender incast runs read up to
   1.3 ms at 20 ms sampling, at most 0.54 ms at 5 ms). A datapath that keeps up drains them every

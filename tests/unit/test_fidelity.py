@@ -30,8 +30,8 @@ def test_backlog_sums_bound_sockets_of_the_process_only():
 def _sampler(tmp_path) -> subprocess.Popen:
     source = tmp_path / "packet"
     source.write_text(PROC_NET_PACKET)
-    return subprocess.Popen([sys.executable, "-I", backlog.__file__, "--interval", "0.01",
-                             "--inodes", "5001,5002", "--source", str(source)],
+    return subprocess.Popen([*backlog.command(sys.executable, {5002, 5001}, 0.01),
+                             "--source", str(source)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -45,19 +45,6 @@ def test_the_sampler_process_samples_from_go_until_its_input_closes(tmp_path):
     found = json.loads(out)
     assert sampler.returncode == 0 and 1 <= found["samples"] <= 31  # one per 10 ms at most
     assert found["total"] == found["samples"] * (2304 + 832)
-
-
-def test_the_sampler_starts_real_time_only_where_the_launcher_may_do_that(monkeypatch):
-    root = "Name:\tx\nCapEff:\t000001ffffffffff\n"
-    user = "Name:\tx\nCapEff:\t0000000000000000\n"
-    no_nice = f"Name:\tx\nCapEff:\t{(1 << 41) - 1 - (1 << 23):016x}\n"
-    assert backlog.can_raise_priority(root)
-    assert not backlog.can_raise_priority(user) and not backlog.can_raise_priority(no_nice)
-    monkeypatch.setattr(backlog, "can_raise_priority", lambda: True)
-    argv = backlog.command("python3", {7, 5}, 0.005)
-    assert argv[:3] == ["chrt", "-f", "5"] and argv[-2:] == ["--inodes", "5,7"]
-    monkeypatch.setattr(backlog, "can_raise_priority", lambda: False)
-    assert backlog.command("python3", {5}, 0.005)[0] == "python3"
 
 
 def test_a_sampler_closed_before_go_took_no_sample(tmp_path):
