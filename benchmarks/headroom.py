@@ -5,8 +5,8 @@ runs each experiment's quick variant at its default rate (run it alone: anything
 on the machine is counted) and prints, per experiment and policy, the worst and the
 median of each run's machine CPU, OVS input delay and (roce) link time the agents lost
 to their lateness against their thresholds, and the host agents' CPU (cores, while the
-traffic ran). The integration tests do not assert these checks (they depend on what else the VM's host is doing): this is where
-their margin is measured.
+traffic ran). The integration tests do not assert these checks (they depend on what
+else the VM's host is doing): this is where their margin is measured.
 """
 
 from __future__ import annotations

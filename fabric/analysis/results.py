@@ -15,7 +15,6 @@ import platform
 import subprocess
 import sys
 import time
-from collections import Counter
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
@@ -113,7 +112,6 @@ def merge_fidelity(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
     check measured nothing (value None) counts in ``unmeasured_runs``, not the range.
     """
     merged: dict[str, dict[str, Any]] = {}
-    runs_of: Counter[str] = Counter()  # runs that had each check
     runs = invalid = 0
     for report in reports:
         runs += 1
@@ -123,13 +121,13 @@ def merge_fidelity(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
                                                       "threshold": check["threshold"],
                                                       "values": []})
             entry["values"].append(check["value"])
-            runs_of[check["name"]] += 1
             entry["failed_runs"] += 0 if check["ok"] else 1
     checks = []
     for entry in merged.values():
-        values = [v for v in entry.pop("values") if v is not None]
-        unmeasured = {"unmeasured_runs": runs_of[entry["name"]] - len(values)} \
-            if len(values) < runs_of[entry["name"]] else {}
+        every = entry.pop("values")
+        values = [v for v in every if v is not None]
+        unmeasured = {"unmeasured_runs": len(every) - len(values)} if len(values) < len(every) \
+            else {}
         checks.append({**entry, "min": min(values, default=None),
                        "max": max(values, default=None), **unmeasured,
                        "ok": entry["failed_runs"] == 0})
