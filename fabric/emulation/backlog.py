@@ -56,14 +56,14 @@ def sample(inodes: set[int], interval_s: float, source: str = PROC_NET_PACKET) -
     if not os.read(0, 16).startswith(b"go"):
         return {"samples": 0, "total": 0}  # closed before the run started
     due = time.monotonic()
-    while True:
-        ready, _, _ = select.select([0], [], [], max(0.0, due - time.monotonic()))
-        if ready:  # end of input: the run is over
-            return {"samples": samples, "total": total}
+    while True:  # one sample at go at least, however soon the input closes
         with open(source) as handle:
             total += packet_socket_backlog(inodes, handle.read())
         samples += 1
         due = max(due + interval_s, time.monotonic())  # late: no catching up in a burst
+        ready, _, _ = select.select([0], [], [], max(0.0, due - time.monotonic()))
+        if ready:  # end of input: the run is over
+            return {"samples": samples, "total": total}
 
 
 def main() -> None:

@@ -301,8 +301,8 @@ def test_a_late_send_counts_the_wire_time_the_nic_lost(late_s):
         planned = engine.service(time.monotonic())  # spends the bucket, plans the next
         assert pacer.planned == planned and pacer.busy_s > 0
         engine.service(planned + late_s)
-        # the queue ran dry at the plan or a little after (sends took real time)
-        assert late_s - 0.05 < pacer.late_s <= late_s
+        # the queue ran dry at the plan or a little after (the sends took real time)
+        assert late_s / 2 <= pacer.late_s <= late_s
         assert engine.totals()["pacer_late_s"] == pytest.approx(pacer.late_s, abs=1e-6)
     finally:
         engine.close()
