@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Callable, Mapping
 
 from fabric.agent.loop import EventLoop
@@ -28,13 +29,19 @@ class Engine:
     source_ports : mapping, optional
         This host's part of :func:`fabric.traffic.model.source_ports`.
         Missing keys: ephemeral ports.
+    open_socket : callable, optional
+        ``(family, type) -> socket``: how the engine opens every socket. An
+        agent that serves a host from outside its network namespace passes
+        :meth:`fabric.agent.netns.Namespace.socket`.
     """
 
     def __init__(self, loop: EventLoop, spec: TransportSpec, addresses: list[str],
                  on_done: Callable[[TransferRecord], None],
                  on_fail: Callable[[TransferRecord, str], None], config: Any,
-                 source_ports: Mapping[tuple, tuple[int, ...]] | None = None) -> None:
+                 source_ports: Mapping[tuple, tuple[int, ...]] | None = None,
+                 open_socket: Callable[[int, int], socket.socket] = socket.socket) -> None:
         self.loop = loop
+        self.open_socket = open_socket
         self.spec = spec
         self.addresses = addresses
         self.on_done = on_done

@@ -215,14 +215,18 @@ class RoceEngine(Engine):
     source_ports : mapping, optional
         This host's part of :func:`fabric.traffic.model.source_ports`:
         ``("roce", transfer id) -> ports``. Missing: ephemeral ports.
+    open_socket : callable, optional
+        How sockets are opened (see :class:`~fabric.agent.engine.Engine`).
     """
 
     def __init__(self, loop: EventLoop, spec: TransportSpec, addresses: list[str],
                  on_done: Callable[[TransferRecord], None],
                  on_fail: Callable[[TransferRecord, str], None],
                  config: RoceConfig = RoceConfig(),
-                 source_ports: Mapping[tuple, tuple[int, ...]] | None = None) -> None:
-        super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports)
+                 source_ports: Mapping[tuple, tuple[int, ...]] | None = None,
+                 open_socket: Callable[[int, int], socket.socket] = socket.socket) -> None:
+        super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports,
+                         open_socket)
         rate = spec.rate_mbps or UNPLANNED_RATE_MBPS
         # one full-size data packet's time on the wire at the emulated host rate
         self.packet_time = (spec.mtu_payload + bth.DATA_OVERHEAD) * 8 / (rate * 1e6)
@@ -275,7 +279,7 @@ class RoceEngine(Engine):
 
     # -- setup -------------------------------------------------------------------------
     def _udp_socket(self, tos: int) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock = self.open_socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._own.add(sock)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.socket_buffer)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.socket_buffer)

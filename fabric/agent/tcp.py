@@ -130,14 +130,18 @@ class TcpEngine(Engine):
     source_ports : mapping, optional
         This host's part of :func:`fabric.traffic.model.source_ports`:
         connection key -> ``(port,)``. Missing: an ephemeral port.
+    open_socket : callable, optional
+        How sockets are opened (see :class:`~fabric.agent.engine.Engine`).
     """
 
     def __init__(self, loop: EventLoop, spec: TransportSpec, addresses: list[str],
                  on_done: Callable[[TransferRecord], None],
                  on_fail: Callable[[TransferRecord, str], None],
                  config: TcpConfig = TcpConfig(),
-                 source_ports: Mapping[tuple, tuple[int, ...]] | None = None) -> None:
-        super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports)
+                 source_ports: Mapping[tuple, tuple[int, ...]] | None = None,
+                 open_socket: Callable[[int, int], socket.socket] = socket.socket) -> None:
+        super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports,
+                         open_socket)
         self.errors: list[str] = []
         self.listeners: list[socket.socket] = []
         self.conns: dict[tuple[str, int, int, int], _SendConn] = {}
@@ -158,7 +162,7 @@ class TcpEngine(Engine):
             If a port is busy.
         """
         for address in self.addresses:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock = self.open_socket(socket.AF_INET, socket.SOCK_STREAM)
             self.listeners.append(sock)
             # TIME_WAIT from an earlier run must not block the bind; a live
             # listener still does (that is the busy-port check)
@@ -323,7 +327,7 @@ class TcpEngine(Engine):
 
     def _connect(self, conn: _SendConn) -> None:
         dst_ip, _, dscp, _ = conn.key
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = self.open_socket(socket.AF_INET, socket.SOCK_STREAM)
         conn.sock = sock
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
