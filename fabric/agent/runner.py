@@ -1,30 +1,41 @@
-"""The host agent: run this host's share of a plan and write its result.
+"""The host agent: run hosts' shares of a plan and write their results.
 
-Life cycle: parse and check the plan, bind listeners on every own NIC
-(TCP 7100 and UDP 4791; a busy port is an error, not something to share),
-wait for ``plan.start_at`` while already accepting peers, then start every
+Life cycle of each host's :class:`Agent`: parse and check the plan, bind
+listeners on every own NIC (TCP 7100 and UDP 4791; a busy port is an error,
+not something to share), wait for ``plan.start_at`` while already accepting
+peers, then start every
 transfer this host sends as soon as all its ``after`` transfers are complete
 as seen here (and, with ``after_start``, its compute time has passed since
 the transfer it names started), and stop when everything is complete or at
 ``start_at + deadline_s``. Unfinished transfers are reported with ``end=None`` and an
 error, never dropped. Everything runs on one thread in one event loop, so
 stopping is closing the loop's sockets; no thread or process outlives it.
+
+One process can serve several hosts (:func:`run_agents`): their agents share
+the event loop, and each opens its sockets in its own host's network
+namespace (:mod:`fabric.agent.netns`). Every wake-up of a process costs far
+more CPU than the packets it handles on a virtual machine (tens to
+hundreds of us, growing with how long it slept), so one loop that wakes
+for sixteen hosts costs a fraction of sixteen loops that each wake for one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
+import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping, Sequence
 
 from fabric.agent import addressing, netstat
 from fabric.agent.loop import EventLoop, lateness_summary
+from fabric.agent.netns import Namespace
 from fabric.agent.records import RECV, SEND, TransferRecord
 from fabric.agent.roce import RoceConfig, RoceEngine, qpn_for
 from fabric.agent.tcp import TcpConfig, TcpEngine
@@ -64,9 +75,16 @@ class Agent:
         This endpoint's name in ``plan.hosts``.
     options : AgentOptions
         Ports and transport tunables.
+    loop : EventLoop, optional
+        The event loop to run on, shared by the agents of one process
+        (default: a loop of its own).
+    netns : Namespace, optional
+        The host's network namespace when the process runs outside it: its
+        sockets are opened there and its counters read from there.
     """
 
-    def __init__(self, plan: Plan, host: str, options: AgentOptions = AgentOptions()) -> None:
+    def __init__(self, plan: Plan, host: str, options: AgentOptions = AgentOptions(),
+                 loop: EventLoop | None = None, netns: Namespace | None = None) -> None:
         self.plan = plan
         self.host = host
         self.options = options
@@ -79,7 +97,9 @@ class Agent:
         self.started_at: float | None = None
         self.start_at = plan.start_at
         self.finished_at: float | None = None
-        self.loop = EventLoop()
+        self.loop = loop if loop is not None else EventLoop()
+        self.netns = netns
+        self.done = False  # finished (or out of time): its process may stop
         self.engine: TcpEngine | RoceEngine | None = None
         self.engines: list[Any] = []
         self.addresses: list[str] = []
@@ -89,10 +109,15 @@ class Agent:
         self._netstat: dict[str, int] = {}
         self._cpu0 = 0.0  # process CPU time when the traffic starts (after the gate)
         self._setup_cpu = 0.0  # process CPU time spent before it
+        self.process_hosts = 1  # agents in this process (they share cpu_s and the loop)
 
     # -- setup -------------------------------------------------------------------------
-    def _prepare(self) -> bool:
+    def prepare(self) -> bool:
+        """Check the plan, open the listeners, set up the sends; False (with
+        :attr:`errors`) when the agent cannot run."""
         plan, host = self.plan, self.host
+        if self.errors:  # e.g. its namespace could not be opened
+            return False
         if host not in plan.hosts:
             self.errors.append(f"host {host!r} is not in the plan")
             return False
@@ -118,10 +143,11 @@ class Agent:
                 self.waiting_start.setdefault(record.transfer.after_start[0], []).append(record)
         ports = source_ports(plan, host).get(host, {})
         _raise_fd_limit()  # packet entropy holds entropy_ports sockets per peer
+        opener = self.netns.socket if self.netns else socket.socket
         tcp = TcpEngine(self.loop, plan.transport, self.addresses, self._done, self._fail,
-                        self.options.tcp, ports)
+                        self.options.tcp, ports, opener)
         roce = RoceEngine(self.loop, plan.transport, self.addresses, self._done, self._fail,
-                          self.options.roce, ports)
+                          self.options.roce, ports, opener)
         self.engines = [tcp, roce]
         self.engine = tcp if plan.transport.kind == "tcp" else roce
         try:
@@ -140,75 +166,37 @@ class Agent:
         self.loop.add_service(self._service)
         return True
 
-    def _await_start(self) -> bool:
-        """Say READY and read the start time from stdin; False when none came. (An
-        agent whose setup failed exits with its report instead: the launcher sees
-        its stdout close.)"""
-        sys.stdout.write(READY + "\n")
-        sys.stdout.flush()
-        line = sys.stdin.readline()
-        try:
-            self.start_at = float(line)
-        except ValueError:
-            self.errors.append(f"no start time from the launcher (got {line.strip()!r})")
-            return False
-        return True
-
     def _sends(self) -> list[TransferRecord]:
         return [r for r in self.records if r.role == SEND]
 
     # -- life cycle --------------------------------------------------------------------
-    def run(self, out: Path | None = None) -> int:
-        """Run to completion or deadline; return the exit code (0 all complete).
+    @property
+    def proc_net(self) -> Path:
+        """Where this host's network counters are read."""
+        return self.netns.proc_net if self.netns else self.options.proc_net
 
-        Parameters
-        ----------
-        out : Path, optional
-            Where to write :meth:`result` as JSON (atomically), still under
-            the agent's signal handling so a second SIGTERM cannot lose it.
-        """
-        self.started_at = time.time()
-        # start_at 0 (the model's default) means "as soon as the agent is up"
-        self.start_at = self.plan.start_at if self.plan.start_at > 0 else self.started_at
-        ok = self._prepare()
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} \
-            if threading.current_thread() is threading.main_thread() else {}
-        for sig in previous:
-            signal.signal(sig, _raise_terminated)
-        try:
-            if ok and self.options.start_gate:
-                ok = self._await_start()
-            if ok:
-                # setup (sockets, port pools) is its own figure: cpu_s is the traffic's
-                self._setup_cpu = time.process_time()
-                self._cpu0 = self._setup_cpu
-                offset = time.monotonic() - time.time()
-                self.loop.call_at(self.start_at + offset, self._kick)
-                self.loop.call_at(self.start_at + self.plan.deadline_s + offset,
-                                  self._deadline)
-                if not self.records:
-                    self.loop.stop()
-                self.loop.run()
-        except _Terminated:
-            self._fail_unfinished("agent terminated by a signal")
-        finally:
-            for sig in previous:
-                signal.signal(sig, signal.SIG_IGN)  # finish the report first
-            for engine in self.engines:
-                engine.snapshot()
-                engine.close()
-            self.loop.close()
-            if self._netstat_before:
-                self._netstat = netstat.delta(self._netstat_before,
-                                              netstat.read_counters(self.options.proc_net))
-            self.finished_at = time.time()
-            if out is not None:
-                tmp = out.with_name(out.name + ".tmp")
-                tmp.write_text(json.dumps(self.result(), indent=1))
-                tmp.replace(out)  # readers never see half a file
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return EXIT_OK if self.succeeded else EXIT_FAILED
+    def arm(self, start_at: float) -> None:
+        """Schedule the start (wall clock ``start_at``) and the deadline after it."""
+        self.start_at = start_at
+        offset = time.monotonic() - time.time()
+        self.loop.call_at(start_at + offset, self._kick)
+        self.loop.call_at(start_at + self.plan.deadline_s + offset, self._deadline)
+        if not self.records:
+            self.done = True
+
+    def finish(self) -> None:
+        """Take the counters into the records and close the agent's sockets."""
+        for engine in self.engines:
+            engine.snapshot()
+            engine.close()
+        if self._netstat_before:
+            self._netstat = netstat.delta(self._netstat_before,
+                                          netstat.read_counters(self.proc_net))
+        self.finished_at = time.time()
+
+    def run(self, out: Path | None = None) -> int:
+        """Run alone in this process (:func:`run_agents`); return the exit code."""
+        return run_agents([self], {self.host: out}, self.options.start_gate)
 
     @property
     def succeeded(self) -> bool:
@@ -218,7 +206,7 @@ class Agent:
 
     def _kick(self) -> None:
         self._kicked = True
-        self._netstat_before = netstat.read_counters(self.options.proc_net)
+        self._netstat_before = netstat.read_counters(self.proc_net)
         for record in self._sends():
             if not record.transfer.after:
                 self._try_start(record)
@@ -305,17 +293,17 @@ class Agent:
     def _deadline(self) -> None:
         self._fail_unfinished(f"deadline: not finished {self.plan.deadline_s:g} s after "
                               f"start_at")
-        self.loop.stop()
+        self.done = True
 
     def _service(self, now: float) -> float | None:
-        """Stop once everything is finished and no receiver needs to linger."""
-        if not self._kicked or len(self._settled) < len(self.records):
+        """Done once everything is finished and no receiver needs to linger."""
+        if self.done or not self._kicked or len(self._settled) < len(self.records):
             return None  # (a counter: this runs every loop iteration)
         lingers = [t for t in (engine.linger_until() for engine in self.engines)
                    if t is not None]
         until = max(lingers) if lingers else None
         if until is None or now >= until:
-            self.loop.stop()
+            self.done = True
             return None
         return until
 
@@ -335,9 +323,25 @@ class Agent:
                 "errors": errors, "warnings": warnings, "ok": self.succeeded,
                 "started_at": self.started_at, "finished_at": self.finished_at,
                 "start_at": self.start_at,
+                "pid": os.getpid(), "process_hosts": self.process_hosts,
                 "cpu_s": round(cpu, 4), "setup_cpu_s": round(self._setup_cpu, 4),
                 "wakeups": self.loop.wakeups,
                 "wake_late": lateness_summary(self.loop.wake_late_s)}
+
+
+def per_process(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One result per agent process (the first of its hosts'): ``cpu_s``,
+    ``setup_cpu_s``, ``wakeups`` and ``wake_late`` are the process's, whatever
+    host reports them. A result without a ``pid`` counts as a process of its own."""
+    seen: set[int] = set()
+    unique = []
+    for result in results:
+        pid = result.get("pid")
+        if pid is None or pid not in seen:
+            unique.append(result)
+            if pid is not None:
+                seen.add(pid)
+    return unique
 
 
 def _raise_terminated(signum: int, _frame: Any) -> None:
@@ -345,25 +349,170 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
 
 
 def _raise_fd_limit() -> None:
-    """Lift the soft open-files limit to the hard one (best effort)."""
+    """Lift the open-files limit as far as allowed (best effort): to the kernel's
+    ``nr_open`` when privileged (a process serving many hosts holds entropy_ports
+    sockets per host and peer), else the soft limit to the hard one."""
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return
+        try:
+            ceiling = int(Path("/proc/sys/fs/nr_open").read_text())
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, ceiling))
+            return
+        except (OSError, ValueError):
+            pass  # not privileged: up to the hard limit
         target = hard if hard != resource.RLIM_INFINITY else 1 << 20
-        if soft != resource.RLIM_INFINITY and soft < target:
+        if soft < target:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError):
         pass
 
 
-def run_agent(plan_path: Path, host: str, out: Path,
-              options: AgentOptions = AgentOptions()) -> int:
-    """Read a plan, run ``host``'s agent, write the result JSON; return the exit code."""
+def _await_start() -> tuple[float | None, str]:
+    """Say READY and read the start time from stdin: (time or None, the line read)."""
+    sys.stdout.write(READY + "\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    try:
+        return float(line), line
+    except ValueError:
+        return None, line
+
+
+def run_agents(agents: list[Agent], outs: Mapping[str, Path | None],
+               start_gate: bool = False) -> int:
+    """Run agents that share one event loop to completion or deadline.
+
+    Parameters
+    ----------
+    agents : list of Agent
+        Made with the same plan and the same ``loop``.
+    outs : mapping
+        host -> where to write its :meth:`Agent.result` as JSON (atomically,
+        still under the signal handling so a second SIGTERM cannot lose it),
+        or None.
+    start_gate : bool
+        Once every agent is set up, say READY on stdout and take the common
+        start time (wall clock) from a line on stdin instead of the plan's.
+        An agent whose setup failed does not run (its report says why); when
+        none could, the process does not wait for the gate: the launcher
+        sees its stdout close.
+
+    Returns
+    -------
+    int
+        0 when every agent completed all its transfers, else 1.
+    """
+    loop = agents[0].loop
+    if any(agent.loop is not loop for agent in agents):
+        raise ValueError("agents run together must share one event loop")
+    now = time.time()
+    # start_at 0 (the model's default) means "as soon as the agents are up"
+    start_at = agents[0].plan.start_at if agents[0].plan.start_at > 0 else now
+    for agent in agents:
+        agent.started_at, agent.start_at, agent.process_hosts = now, start_at, len(agents)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} \
+        if threading.current_thread() is threading.main_thread() else {}
+    for sig in previous:
+        signal.signal(sig, _raise_terminated)
+    try:
+        running = [agent for agent in agents if agent.prepare()]
+        if running and start_gate:
+            gate, line = _await_start()
+            if gate is None:
+                for agent in running:
+                    agent.errors.append(f"no start time from the launcher "
+                                        f"(got {line.strip()!r})")
+                running = []
+            else:
+                start_at = gate
+        if running:
+            # setup (sockets, port pools) is its own figure: cpu_s is the traffic's
+            setup_cpu = time.process_time()
+            for agent in agents:
+                agent._setup_cpu = agent._cpu0 = setup_cpu
+            for agent in running:
+                agent.arm(start_at)
+
+            def stop_when_done(_now: float) -> None:
+                if all(agent.done for agent in running):
+                    loop.stop()
+
+            loop.add_service(stop_when_done)  # after the agents': it sees this round's
+            loop.run()
+    except _Terminated:
+        for agent in agents:
+            agent._fail_unfinished("agent terminated by a signal")
+    finally:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)  # finish the reports first
+        for agent in agents:
+            agent.finish()
+        loop.close()
+        for agent in agents:
+            out = outs.get(agent.host)
+            if out is not None:
+                tmp = out.with_name(out.name + ".tmp")
+                tmp.write_text(json.dumps(agent.result(), indent=1))
+                tmp.replace(out)  # readers never see half a file
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return EXIT_OK if all(agent.succeeded for agent in agents) else EXIT_FAILED
+
+
+def run_agent(plan_path: Path, hosts: Sequence[str], outs: Mapping[str, Path],
+              options: AgentOptions = AgentOptions(),
+              netns_pids: Mapping[str, int] | None = None) -> int:
+    """Read a plan, run the agents of ``hosts`` in this process, write their results.
+
+    Parameters
+    ----------
+    plan_path : Path
+        The plan (JSON).
+    hosts : sequence of str
+        Endpoints this process serves (one event loop for all).
+    outs : mapping
+        host -> result JSON path.
+    options : AgentOptions
+        Tunables, the same for every host.
+    netns_pids : mapping, optional
+        host -> pid of a process in that host's network namespace, for hosts
+        served from outside their namespace (the emulation's launcher).
+
+    Returns
+    -------
+    int
+        The exit code: 0 when every host's transfers completed.
+    """
     try:
         plan = Plan.from_json(plan_path.read_text())
     except (OSError, ValueError, TypeError, KeyError) as exc:
         now = time.time()
-        out.write_text(json.dumps({"host": host, "transfers": [], "netstat": {}, "roce": {},
-                                   "errors": [f"cannot read plan {plan_path}: {exc}"],
-                                   "ok": False, "started_at": now, "finished_at": now}))
+        for host in hosts:
+            outs[host].write_text(json.dumps(
+                {"host": host, "transfers": [], "netstat": {}, "roce": {},
+                 "errors": [f"cannot read plan {plan_path}: {exc}"],
+                 "ok": False, "started_at": now, "finished_at": now}))
         return EXIT_FAILED
-    return Agent(plan, host, options).run(out)
+    loop = EventLoop()
+    namespaces: list[Namespace] = []
+    agents = []
+    for host in hosts:
+        netns, problem = None, None
+        pid = (netns_pids or {}).get(host)
+        if pid is not None:
+            try:
+                netns = Namespace(pid)
+                namespaces.append(netns)
+            except (OSError, ValueError) as exc:
+                problem = f"cannot enter the network namespace of pid {pid}: {exc}"
+        agent = Agent(plan, host, options, loop, netns)
+        if problem:
+            agent.errors.append(problem)  # it must not open sockets anywhere else
+        agents.append(agent)
+    try:
+        return run_agents(agents, outs, options.start_gate)
+    finally:
+        for netns in namespaces:
+            netns.close()
