@@ -21,6 +21,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from fabric.agent.runner import per_process
 from fabric.emulation import fidelity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ def agent_cores(run_dir: Path) -> float | None:
     spans = [r["finished_at"] - r["start_at"] for r in results if r.get("finished_at")]
     if not results or not spans or max(spans) <= 0:
         return None
-    return sum(r.get("cpu_s", 0.0) for r in results) / max(spans)
+    return sum(r.get("cpu_s", 0.0) for r in per_process(results)) / max(spans)
 
 
 def one_run(name: str, out: Path) -> list[dict[str, str]]:

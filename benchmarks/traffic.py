@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import topologies
+from fabric.agent.runner import per_process
 from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.capacity import CapacityError
@@ -92,15 +93,18 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
     span = end - start if end > start else float("nan")  # nan: nothing finished
     flows = sum(goodputs(result))  # each flow's bytes over its own completion time
     checks = {c.name: c for c in result.fidelity}
-    agents = sum(a.get("cpu_s", 0) for a in result.agents.values()) / span
+    processes = per_process(result.agents.values())
+    agents = sum(a.get("cpu_s", 0) for a in processes) / span
     cpu = agents / len(rows)
-    late = [a["wake_late"] for a in result.agents.values() if a.get("wake_late")]
-    wakeups = sum(a.get("wakeups", 0) for a in result.agents.values())
+    late = [a["wake_late"] for a in processes if a.get("wake_late")]
+    wakeups = sum(a.get("wakeups", 0) for a in processes)
     packets = sum(a.get("roce", {}).get(k, 0) for a in result.agents.values()
                   for k in ("packets_sent", "packets_received"))
     incomplete = sum(1 for r in rows if r["recv_end"] is None)
-    verdict = ("ok" if all(c.ok for c in checks.values()) and not incomplete
-               and not result.errors else "FAILED")
+    failed = [f"{c.name} {c.value:.3g}" if isinstance(c.value, float) else c.name
+              for c in checks.values() if not c.ok]
+    verdict = ("ok" if not failed and not incomplete and not result.errors
+               else f"FAILED ({', '.join(failed) or 'errors'})")
     if incomplete:
         verdict += f" ({incomplete} of {len(rows)} flows did not finish)"
     print(f"  {rate:5g} Mbit/s{beyond} x {len(rows)} flows of {transport.packet_bytes}-byte "
@@ -117,15 +121,16 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
               f"{checks['machine_cpu'].value * (os.cpu_count() or 1):.2f} of "
               f"{os.cpu_count()}")
     if late:
-        print(f"      agents' timer wake-ups late by (median over agents) p50 "
+        print(f"      agents' timer wake-ups late by (median over processes) p50 "
               f"{statistics.median(w['p50_ms'] for w in late):.2f} ms, p99 "
-              f"{statistics.median(w['p99_ms'] for w in late):.2f} ms; worst agent p99 "
+              f"{statistics.median(w['p99_ms'] for w in late):.2f} ms; worst process p99 "
               f"{max(w['p99_ms'] for w in late):.2f} ms, longest stall "
               f"{max(w['max_ms'] for w in late):.1f} ms (a packet takes "
               f"{plan.packet_s * 1e3:.1f} ms)")
     if wakeups and packets:
-        print(f"      agents' loops woke {wakeups / packets:.2f} times per data packet sent "
-              f"or received ({wakeups / span / len(result.agents):.0f} wake-ups/s per agent)")
+        print(f"      {len(processes)} agent processes for {len(result.agents)} hosts; their "
+              f"loops woke {wakeups / packets:.2f} times per data packet sent or received "
+              f"({wakeups / span / len(processes):.0f} wake-ups/s per process)")
 
 
 def main() -> None:

@@ -1,7 +1,11 @@
 """Run a transfer schedule on a running emulation and measure what happened.
 
-One host agent (``python -m fabric.agent``) runs in every endpoint that
-sends or receives; all start at one wall-clock instant. Around the traffic
+Host agents (``python -m fabric.agent``) serve every endpoint that sends or
+receives, all starting at one wall-clock instant. They run in as few
+processes as the file-descriptor limit allows (:func:`agent_groups`), each
+serving its endpoints from one event loop with sockets opened in every
+endpoint's own network namespace: a process per endpoint spent most of its CPU
+waking up. Around the traffic
 the runner samples every link's counters, watches ovs-vswitchd's and the
 machine's CPU, installs per-flow path monitors on the switches, and reads
 exact drop counters from the endpoints' ingress buffers afterwards.
@@ -13,6 +17,7 @@ import ipaddress
 import json
 import os
 import re
+import resource
 import selectors
 import subprocess
 import sys
@@ -39,6 +44,14 @@ from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, ScheduleError,
 START_LEAD_S = 1.5
 GO_LEAD_S = 0.3
 READY_TIMEOUT_S = 60.0
+# Agent processes per run (more when one would run out of file descriptors). Measured
+# (benchmarks/traffic.py, rail-clos, sprayed permutation at 7.5 Mbit/s, 16 endpoints):
+# a process per endpoint used 0.73-0.78 cores (each woke 213 times a second, and a
+# wake-up costs this VM 30-230 us of CPU), kept the machine 92 % busy and its timers
+# were late by 1.3 ms at the median, 8.8 ms at p99; two processes 0.44 cores (71 %,
+# 0.22 / 1.7 ms); one 0.35 (66 %, 0.10 / 1.15 ms), and 0.53 at 11 Mbit/s, where
+# ovs-vswitchd's forwarding thread (0.87 of a core) is the limit.
+AGENT_PROCESSES = 1
 MIN_RTO_ROUTE_FLOOR_MS = 8  # HZ=250 kernels round smaller values up
 
 
@@ -204,19 +217,74 @@ def ingress_drops(emu: Emulation, endpoints: list[str]) -> dict[str, int]:
     return drops
 
 
+def agent_sockets(plan: Plan) -> dict[str, int]:
+    """Sockets each endpoint's agent opens for ``plan`` (an upper bound): its
+    listeners, its planned source ports, and for TCP the connections it accepts."""
+    count = {ep: 2 * len(plan.hosts[ep]) for ep in plan.hosts}  # TCP and UDP listeners
+    for src, ports in source_ports(plan).items():
+        count[src] += sum(len(p) for p in set(ports.values()))
+    if plan.transport.kind == "tcp":  # connections persist across transfers
+        accepted = {(t.dst, t.src, key) for t in plan.transfers
+                    for key in tcp_connection_keys(plan, t)}
+        for dst, _, _ in accepted:
+            count[dst] += 1
+    return count
+
+
+def agent_groups(endpoints: list[str], processes: int,
+                 sockets: dict[str, int] | None = None,
+                 fd_limit: int | None = None) -> list[list[str]]:
+    """Split ``endpoints`` over agent processes: ``processes`` of them, or more when
+    one would need more than ``fd_limit`` file descriptors for ``sockets``.
+
+    Endpoints go, largest first, to the process with the fewest sockets so far
+    (then the fewest endpoints).
+
+    Raises
+    ------
+    ValueError
+        If ``processes`` is below 1, or one endpoint alone needs more sockets than
+        a process may open.
+    """
+    if processes < 1:
+        raise ValueError(f"agent processes must be at least 1, got {processes}")
+    need = {ep: (sockets or {}).get(ep, 0) for ep in endpoints}
+    # the interpreter, the loop and the plan take some descriptors of their own
+    room = (fd_limit - 64) if fd_limit is not None else None
+    if room is not None and need and max(need.values()) > room:
+        worst = max(need, key=need.__getitem__)
+        raise ValueError(f"{worst} needs {need[worst]} sockets, more than the {fd_limit} "
+                         f"files a process may open here: use fewer entropy_ports")
+    for count in range(min(processes, len(endpoints)) or 1, len(endpoints) + 1):
+        groups: list[list[str]] = [[] for _ in range(count)]
+        load = [0] * count
+        for ep in sorted(endpoints, key=lambda e: (-need[e], endpoints.index(e))):
+            i = min(range(count), key=lambda g: (load[g], len(groups[g])))
+            groups[i].append(ep)
+            load[i] += need[ep]
+        if room is None or max(load) <= room:
+            return [sorted(g, key=endpoints.index) for g in groups if g]
+    raise AssertionError("unreachable: one endpoint per process always fits")
+
+
 def start_together(agents: dict[str, subprocess.Popen], plan: Plan,
                    timeout_s: float) -> list[str]:
-    """Wait until every gated agent is listening, then give them all one start time.
+    """Wait until every gated agent process is listening, then give all one start time.
 
-    Each agent prints READY once its listeners are bound (or exits, when its
-    setup failed: it reports that itself). ``plan.start_at`` becomes the common
-    start, ``GO_LEAD_S`` after the last one spoke. An agent that neither spoke
-    nor exited within ``timeout_s`` is stopped.
+    Each process prints READY once its hosts' listeners are bound (or exits,
+    when no host's setup succeeded: the reports say why). ``plan.start_at``
+    becomes the common start, ``GO_LEAD_S`` after the last one spoke. A
+    process that neither spoke nor exited within ``timeout_s`` is stopped.
+
+    Parameters
+    ----------
+    agents : dict
+        label (its hosts) -> process.
 
     Returns
     -------
     list of str
-        One error per agent stopped.
+        One error per process stopped.
     """
     waiting = {proc.stdout: ep for ep, proc in agents.items()}
     with selectors.DefaultSelector() as selector:
@@ -231,7 +299,7 @@ def start_together(agents: dict[str, subprocess.Popen], plan: Plan,
     errors = []
     for ep in sorted(waiting.values()):
         agents[ep].kill()
-        errors.append(f"agent on {ep} was not listening within {timeout_s:g} s; stopped")
+        errors.append(f"agents of {ep} were not listening within {timeout_s:g} s; stopped")
     plan.start_at = time.time() + GO_LEAD_S
     for proc in agents.values():
         try:
@@ -260,8 +328,14 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     sample_interval_s : float
         Link counter sampling interval.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
     involved = sorted({t.src for t in plan.transfers} | {t.dst for t in plan.transfers})
+    fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    try:
+        groups = agent_groups(involved, AGENT_PROCESSES, agent_sockets(plan),
+                              None if fd_limit == resource.RLIM_INFINITY else fd_limit)
+    except ValueError as exc:
+        raise TrafficError(str(exc)) from exc
+    workdir.mkdir(parents=True, exist_ok=True)
     keys, first_key = flow_keys(plan)
     monitor = FlowMonitor(emu.graph, keys) if monitor_paths else None
     if monitor:
@@ -270,7 +344,8 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     plan.save(plan_path)
     drops_before = ingress_drops(emu, involved)
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
-    agents: dict[str, subprocess.Popen] = {}
+    agents: dict[str, subprocess.Popen] = {}  # label (its endpoints) -> process
+    logs: dict[str, Path] = {}  # endpoint -> its process's stderr
     rates = emu.report.rate_plan
     packet_bytes = plan.transport.packet_bytes
     fid = fidelity.FidelityMonitor(
@@ -279,23 +354,27 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     errors: list[str] = []
     try:
         fid.arm()  # its sampler starts up before the agents do
-        for ep in involved:
-            agents[ep] = emu.host(ep).popen(
-                [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path), "--host", ep,
-                 "--out", str(workdir / f"agent-{ep}.json"), "--start-gate"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=open(workdir / f"agent-{ep}.log", "wb"), env=env, cwd=PROJECT_ROOT)
+        for index, group in enumerate(groups):
+            command = [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path),
+                       "--out", str(workdir / "agent-{host}.json"), "--start-gate"]
+            for ep in group:
+                command += ["--host", ep, "--netns-pid", f"{ep}={emu.host(ep).pid}"]
+            logs.update(dict.fromkeys(group, workdir / f"agents-{index}.log"))
+            with open(logs[group[0]], "wb") as log:
+                agents[", ".join(group)] = subprocess.Popen(
+                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                    env=env, cwd=PROJECT_ROOT)
         errors += start_together(agents, plan, READY_TIMEOUT_S)
         plan.save(plan_path)  # the start they were given (they have read the rest)
         with LinkSampler(emu.graph, sample_interval_s) as sampler:
             time.sleep(max(0.0, plan.start_at - time.time()))
             fid.start()
             deadline = plan.start_at + plan.deadline_s + 10
-            for ep, proc in agents.items():
+            for label, proc in agents.items():
                 try:
                     proc.wait(timeout=max(1.0, deadline - time.time()))
                 except subprocess.TimeoutExpired:
-                    errors.append(f"agent on {ep} did not finish; stopped")
+                    errors.append(f"agents of {label} did not finish; stopped")
                     proc.kill()
                     proc.wait()
             checks = fid.stop()
@@ -311,7 +390,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
         try:
             results[ep] = json.loads((workdir / f"agent-{ep}.json").read_text())
         except (OSError, ValueError):
-            errors.append(f"agent on {ep} wrote no report: {_tail(workdir / f'agent-{ep}.log')}")
+            errors.append(f"agent on {ep} wrote no report: {_tail(logs[ep])}")
     paths: dict[str, list[str]] = {}
     if monitor:
         crossed = monitor.crossed()

@@ -60,6 +60,9 @@ def test_roce_delivers_every_byte_once_when_sprayed_over_a_slow_path(tmp_path: P
             for sw in link if sw in spines}
     assert used == spines
     assert row["recv_out_of_order"] > 0, row  # the slow path reorders by construction
+    # one agent process served both hosts, each from its own namespace
+    assert len({a["pid"] for a in result.agents.values()}) == 1
+    assert all(a["process_hosts"] == 2 for a in result.agents.values())
     goodput = row["bytes"] * 8 / row["fct_s"] / 1e6
     print(f"sprayed roce over a slow path: {goodput:.1f} Mbit/s, "
           f"{row['recv_out_of_order']} of {row['recv_packets']} out of order, "

@@ -57,4 +57,4 @@ def test_an_agent_that_exits_is_not_waited_for_and_one_that_hangs_is_stopped():
         for proc in agents.values():
             proc.kill()
             proc.wait()
-    assert errors == ["agent on hangs was not listening within 2 s; stopped"]
+    assert errors == ["agents of hangs were not listening within 2 s; stopped"]
