@@ -4,6 +4,7 @@ launcher's split of endpoints over processes (no root: loopback addresses)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 from fabric.agent.local import loopback_hosts
 from fabric.agent.netns import Namespace
 from fabric.agent.runner import per_process
-from fabric.emulation.traffic import agent_groups, agent_sockets
+from fabric.emulation.traffic import agent_groups, agent_sockets, place_agent
 from fabric.traffic.model import Plan, Transfer, TransportSpec
 
 
@@ -98,3 +99,16 @@ def test_agent_sockets_counts_listeners_and_planned_ports() -> None:
     tcp = Plan(transfers, hosts, TransportSpec(kind="tcp", connections=2))
     # a keeps two connections to each peer, whatever the transfers; b and c accept them
     assert agent_sockets(tcp) == {"a": 2 + 4, "b": 2 + 2, "c": 2 + 2}
+
+
+def test_agents_are_kept_off_the_forwarding_core() -> None:
+    cpus = {max(os.sched_getaffinity(0))}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        place_agent(child.pid, cpus)
+        assert os.sched_getaffinity(child.pid) == cpus
+        place_agent(child.pid, None)  # anywhere: left as it is
+        assert os.sched_getaffinity(child.pid) == cpus
+    finally:
+        child.kill()
+        child.wait()
