@@ -41,7 +41,16 @@ machine is 84-90 % busy, the agents' event loops stall for up to 36-155
 ms, and the quick collisions stride loses 0.02-0.04 of its efficiency
 against its ideal (spray 0.93-0.95 against 0.97-0.98 at 3 Mbit/s) and
 has retransmission timeouts (1-5 per policy against none). Raising it
-waits for cheaper agents.
+waited for cheaper agents.
+
+Since one agent process serves every host, off the forwarding thread's core
+(:mod:`fabric.emulation.traffic`), the agents no longer give out first:
+rail-clos kept its input delay under 1 ms up to 13.5 Mbit/s of 4096-byte
+payloads (17.0 k packet-hops/s: 0.77-0.95 ms, machine 81-84 % busy) and
+failed at 15 (1.00 ms). The budget stays flat and where it was because the
+k=4 fat-tree, 80 switch ports, is already marginal at its default rate
+(4.5 Mbit/s, 9.7 k packet-hops/s: 1.03-1.24 ms): the limit depends on the
+ports, and a budget that does is not built yet.
 
 The budget counts packets, not bits: roce's 4140-byte packets (4096 bytes of
 payload) at 8.5 Mbit/s per host, the same 10.7 k packet-hops/s as 1444-byte
