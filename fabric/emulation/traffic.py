@@ -381,10 +381,12 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
                 command += ["--host", ep, "--netns-pid", f"{ep}={emu.host(ep).pid}"]
             logs.update(dict.fromkeys(group, workdir / f"agents-{index}.log"))
             with open(logs[group[0]], "wb") as log:
-                agents[", ".join(group)] = subprocess.Popen(
-                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                    env=env, cwd=PROJECT_ROOT)
-            place_agent(agents[", ".join(group)].pid, cpus)
+                proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=log, env=env, cwd=PROJECT_ROOT)
+            agents[", ".join(group)] = proc
+            # it runs outside the hosts: a crashed launcher's clean-up must find it by pid
+            emu.state.add_process(proc.pid, expect="fabric.agent")
+            place_agent(proc.pid, cpus)
         errors += start_together(agents, plan, READY_TIMEOUT_S)
         plan.save(plan_path)  # the start they were given (they have read the rest)
         with LinkSampler(emu.graph, sample_interval_s) as sampler:
