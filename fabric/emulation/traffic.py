@@ -252,6 +252,8 @@ def agent_groups(endpoints: list[str], processes: int,
     """
     if processes < 1:
         raise ValueError(f"agent processes must be at least 1, got {processes}")
+    if not endpoints:
+        return []
     need = {ep: (sockets or {}).get(ep, 0) for ep in endpoints}
     # the interpreter, the loop and the plan take some descriptors of their own
     room = (fd_limit - 64) if fd_limit is not None else None
@@ -259,7 +261,7 @@ def agent_groups(endpoints: list[str], processes: int,
         worst = max(need, key=need.__getitem__)
         raise ValueError(f"{worst} needs {need[worst]} sockets, more than the {fd_limit} "
                          f"files a process may open here: use fewer entropy_ports")
-    for count in range(min(processes, len(endpoints)) or 1, len(endpoints) + 1):
+    for count in range(min(processes, len(endpoints)), len(endpoints) + 1):
         groups: list[list[str]] = [[] for _ in range(count)]
         load = [0] * count
         for ep in sorted(endpoints, key=lambda e: (-need[e], endpoints.index(e))):

@@ -77,6 +77,7 @@ def test_endpoints_share_processes_within_the_file_limit() -> None:
     assert agent_groups(endpoints, 1) == [endpoints]
     assert agent_groups(endpoints, 2) == [["a", "c", "e"], ["b", "d"]]
     assert agent_groups(["a"], 4) == [["a"]]
+    assert agent_groups([], 2) == []
     sockets = {"a": 300, "b": 300, "c": 300, "d": 100, "e": 100}
     # 1100 sockets do not fit one process allowed 664 (64 kept for the interpreter)
     groups = agent_groups(endpoints, 1, sockets, fd_limit=664)
