@@ -46,7 +46,7 @@ pinned to the first CPU it may use, and the host agents run on the others
 process shared its core, and with all hosts served by one agent process
 (:mod:`fabric.emulation.traffic`) such a stall of 10-30 ms held every host's
 NIC at once: ring all-reduces lost 1-4 % of their link time to it (the
-``agent_late_share`` check), pinned 0.02-0.7 %.
+``agent_late_share`` check), pinned 0.01-0.7 %.
 """
 
 from __future__ import annotations
