@@ -7,7 +7,7 @@ One folder per layer; each ``__init__`` says what that layer may import, and
 ``model/``         the fabric graph, spec grammar, routing intents, lanes
 ``routing/``       pure routing logic (ecmp, spray, adaptive) -> intents
 ``traffic/``       transfer schedules, the plan format, metrics (plain data)
-``agent/``         the host agent that runs a plan inside an emulated host
+``agent/``         the host agent that runs a plan for emulated hosts (in their namespaces)
 ``emulation/``     Mininet, Open vSwitch, shaping, capacity, fidelity, runs
 ``analysis/``      summaries, run directories, figures (no root)
 ``testing/``       fake OpenFlow switches for unit-testing controllers
