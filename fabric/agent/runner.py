@@ -142,7 +142,6 @@ class Agent:
             if record.transfer.after_start:
                 self.waiting_start.setdefault(record.transfer.after_start[0], []).append(record)
         ports = source_ports(plan, host).get(host, {})
-        _raise_fd_limit()  # packet entropy holds entropy_ports sockets per peer
         opener = self.netns.socket if self.netns else socket.socket
         tcp = TcpEngine(self.loop, plan.transport, self.addresses, self._done, self._fail,
                         self.options.tcp, ports, opener)
@@ -416,6 +415,7 @@ def run_agents(agents: list[Agent], outs: Mapping[str, Path | None],
         if threading.current_thread() is threading.main_thread() else {}
     for sig in previous:
         signal.signal(sig, _raise_terminated)
+    _raise_fd_limit()  # packet entropy holds entropy_ports sockets per host and peer
     try:
         running = [agent for agent in agents if agent.prepare()]
         if running and start_gate:
