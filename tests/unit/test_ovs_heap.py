@@ -13,9 +13,13 @@ from fabric.emulation import ovs
 
 
 def test_started_with_reads_the_process_environment() -> None:
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+    child = "import time; print('up', flush=True); time.sleep(30)"
+    with subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True,
                           env={**os.environ, **ovs.VSWITCHD_ENV}) as proc:
         try:
+            # Popen returns once exec began; the kernel fills /proc/PID/environ a little
+            # later, so wait until the program itself runs
+            assert proc.stdout.readline() == "up\n"
             assert ovs.started_with(proc.pid, ovs.VSWITCHD_ENV)
             assert not ovs.started_with(proc.pid, {"GLIBC_TUNABLES": "glibc.malloc.x=1"})
         finally:
