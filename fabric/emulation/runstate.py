@@ -198,7 +198,8 @@ def leftovers(state: RunState) -> list[str]:
     found = [f"bridge {br}" for br in state.bridges if _ovs_has_bridge(br)]
     found += [f"interface {i}" for i in state.root_intfs if Path(f"/sys/class/net/{i}").exists()]
     found += [f"process {p['pid']} ({p['expect']})" for p in state.processes
-              if system.pid_alive(p["pid"]) and p["expect"] in system.cmdline(p["pid"])]
+              if system.pid_alive(p["pid"])
+              and p["expect"] in system.settled_cmdline(p["pid"])]
     found += [f"process {pid} in an emulated host" for pid in stray_processes(state)]
     for key, value in state.sysctls.items():
         if system.read_sysctl(key) != value:

@@ -83,6 +83,19 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def settled_cmdline(pid: int, wait: float = 1.0) -> str:
+    """:func:`cmdline` of a process that may have just been started.
+
+    Right after ``Popen`` returns, the kernel is still setting up the new program and
+    ``/proc/PID/cmdline`` reads empty; only a running process reads empty, so wait up to
+    ``wait`` seconds for it to fill (kernel threads, which stay empty, are never ours).
+    """
+    deadline = time.monotonic() + wait
+    while not (line := cmdline(pid)) and running(pid) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return line
+
+
 def kill_tree(pid: int, expect: str | None = None, grace: float = 3.0) -> bool:
     """:func:`kill_trees` for one process; True when it was signalled."""
     return bool(kill_trees([(pid, expect)], grace))
@@ -111,7 +124,7 @@ def kill_trees(targets: list[tuple[int, str | None]], grace: float = 3.0) -> lis
     """
     senders = []
     for pid, expect in targets:
-        if not running(pid) or (expect is not None and expect not in cmdline(pid)):
+        if not running(pid) or (expect is not None and expect not in settled_cmdline(pid)):
             continue
         try:
             group = os.getpgid(pid) == pid

@@ -54,6 +54,19 @@ def test_kill_trees_leaves_a_recycled_pid_alone():
         proc.wait()
 
 
+def test_kill_trees_stops_a_process_the_moment_it_started():
+    # just after Popen returns, /proc/PID/cmdline reads empty for a while (it did in half
+    # of the reads here): a process stopped then must not pass for someone else's
+    for _ in range(20):
+        proc = subprocess.Popen(["sleep", "60"])
+        try:
+            assert system.kill_trees([(proc.pid, "sleep")], grace=1) == [proc.pid]
+            assert proc.wait(timeout=10) != 0
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("text, expected", [("remote:127.0.0.1:6633", ("127.0.0.1", 6633)),
                                             ("remote:127.1.2.3:1", ("127.1.2.3", 1))])
 def test_a_remote_controller_on_loopback_is_accepted(text, expected):
