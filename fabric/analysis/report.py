@@ -106,8 +106,10 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     switches' hashes really gave (per-link byte counts), so the hash's unevenness
     belongs to the ideal and the efficiency is the transport's alone. Independent
     transfers start when they really started; dependent ones the instant their
-    last dependency ends in the model. None when a transfer's path (needed for
-    per-flow routing) was not measured.
+    last dependency ends in the model, not when they really started (that would
+    hand the ideal every real step's delay). Every transfer ends when its last
+    packet has crossed its path store-and-forward (:func:`ideal.store_and_forward_s`).
+    None when a transfer's path (needed for per-flow routing) was not measured.
     """
     spec = result.plan.transport
     overhead = ideal.transport_overhead(spec.kind, spec.mtu_payload)
@@ -115,12 +117,18 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     link_bytes = result.links.totals() if spray else None
     fluid = []
     for t in result.plan.transfers:
+        path = rows[t.id].get("path")
         if spray:
             load = ideal.spray_load(graph, t.src, t.dst, overhead, link_bytes)
-        elif rows[t.id].get("path"):
-            load = ideal.path_load(rows[t.id]["path"], overhead)
+            path = ideal.shortest_path(graph, t.src, t.dst)
+        elif path:
+            load = ideal.path_load(path, overhead)
         else:
             return None
-        start = rows[t.id].get("send_start") or result.plan.start_at
-        fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after))
+        modelled = t.after and not t.after_start  # its start follows from the model
+        start = 0.0 if modelled else rows[t.id].get("send_start") or result.plan.start_at
+        latency = ideal.store_and_forward_s(
+            [link_mbps[frozenset(link)] for link in zip(path, path[1:])],
+            ideal.last_packet_bytes(spec.kind, spec.mtu_payload, t.bytes))
+        fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after, latency))
     return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))

@@ -53,7 +53,10 @@ class FluidTransfer:
 
     ``load`` maps each directed link to the capacity one unit of this
     transfer's goodput uses on it; ``start`` is the earliest start (a root's
-    measured start); ``after`` the transfers it waits for.
+    measured start); ``after`` the transfers it waits for; ``latency`` the
+    seconds its last packet still travels once the fluid has finished
+    (:func:`store_and_forward_s`): its end, and its dependents' start, come
+    that much later.
     """
 
     id: str
@@ -61,6 +64,7 @@ class FluidTransfer:
     load: Mapping[Link, float]
     start: float = 0.0
     after: tuple[str, ...] = ()
+    latency: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -192,13 +196,42 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
             remaining[f] -= rates[f] * step if not math.isinf(rates[f]) else remaining[f]
         now += step
         for f in [f for f in active if remaining[f] <= _EPS * max(1.0, by_id[f].bytes)]:
-            active.discard(f)
-            spans[f].end = now
+            active.discard(f)  # its links are free; its last packet is still on the way
+            spans[f].end = end = now + by_id[f].latency
             for child in dependents[f]:
                 waiting[child].discard(f)
                 if not waiting[child]:
-                    ready_at[child] = max(now, by_id[child].start)
+                    ready_at[child] = max(end, by_id[child].start)
     return spans
+
+
+def store_and_forward_s(link_mbps: Sequence[float], last_packet_bytes: int) -> float:
+    """Seconds a transfer's last packet takes beyond the fluid model's finish.
+
+    The fluid crosses all links of a path at once; a real packet is received
+    whole at every switch before it goes on. So the last packet crosses every
+    link once more but the slowest, whose time the fluid already counts.
+    Queueing and processing are not included: a perfect transport would not
+    have them.
+
+    Parameters
+    ----------
+    link_mbps : sequence of float
+        The rates of the links of the path, in order (Mbit/s).
+    last_packet_bytes : int
+        Wire bytes of the transfer's last packet.
+    """
+    times = [last_packet_bytes * 8 / (mbps * 1e6) for mbps in link_mbps]
+    return sum(times) - max(times, default=0.0)
+
+
+def shortest_path(graph: nx.Graph, src: str, dst: str) -> list[str]:
+    """One shortest node path from ``src`` to ``dst`` through switches only (a
+    sprayed transfer takes all such paths; they have the same length)."""
+    core = graph.subgraph(fg.switches(graph))
+    first = _attachment_nearest(graph, core, src, dst)
+    last = _attachment_nearest(graph, core, dst, src)
+    return [src, *nx.shortest_path(core, first, last), dst]
 
 
 def path_load(path: Sequence[str], overhead: Overhead) -> dict[Link, float]:
@@ -319,6 +352,16 @@ ROCE_PACKETS_PER_ACK = 8                      # the agent's ACK coalescing
 TCP_MSS = TCP_SEGMENT_BYTES
 TCP_OVERHEAD = 14 + 20 + 32
 TCP_SEGMENTS_PER_ACK = 2                      # delayed ACKs
+
+
+def last_packet_bytes(kind: str, mtu_payload: int, nbytes: int) -> int:
+    """Wire bytes of the last packet of an ``nbytes`` message of the ``roce`` or ``tcp``
+    transport (``mtu_payload``: a full roce packet's payload)."""
+    if kind not in ("roce", "tcp"):
+        raise ValueError(f"unknown transport {kind!r}")
+    payload, header = (mtu_payload, ROCE_DATA_OVERHEAD) if kind == "roce" else (TCP_MSS,
+                                                                               TCP_OVERHEAD)
+    return (nbytes % payload or payload) + header
 
 
 def transport_overhead(kind: str, mtu_payload: int = DEFAULT_ROCE_MTU) -> Overhead:

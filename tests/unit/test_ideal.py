@@ -7,15 +7,21 @@ import math
 import pytest
 
 import topologies
-from fabric.traffic.ideal import (Change, FluidTransfer, Overhead, link_capacity,
-                                  max_min_rates, path_load, simulate, spray_load,
-                                  weighted_multipath_load)
+from fabric.analysis.report import ideal_spans
+from fabric.emulation.linkstats import LinkSeries
+from fabric.emulation.traffic import TrafficResult
+from fabric.traffic.ideal import (ROCE_DATA_OVERHEAD, Change, FluidTransfer, Overhead,
+                                  last_packet_bytes, link_capacity, max_min_rates, path_load,
+                                  shortest_path, simulate, spray_load, store_and_forward_s,
+                                  transport_overhead, weighted_multipath_load)
+from fabric.traffic.model import Plan, Transfer, TransportSpec
 
 MBIT = 125_000  # bytes
 
 
-def _flow(fid, links, mbit, after=(), start=0.0, share=1.0):
-    return FluidTransfer(fid, int(mbit * MBIT), {link: share for link in links}, start, after)
+def _flow(fid, links, mbit, after=(), start=0.0, share=1.0, latency=0.0):
+    return FluidTransfer(fid, int(mbit * MBIT), {link: share for link in links}, start, after,
+                         latency)
 
 
 def test_two_flows_on_one_link_share_it():
@@ -154,3 +160,55 @@ def test_weighted_multipath_without_a_live_path_is_an_error():
     cap[("l0", "s0")] = 0.0
     with pytest.raises(ValueError, match="no live path"):
         weighted_multipath_load(graph, "l0h0", "l1h0", Overhead(), cap)
+
+
+def test_the_last_packet_crosses_every_link_but_the_slowest_once_more():
+    # 1250 bytes take 1 ms at 10 Mbit/s and 2 ms at 5: the fluid counts the slowest link
+    assert store_and_forward_s([10.0, 10.0, 10.0], 1250) == pytest.approx(0.002)
+    assert store_and_forward_s([10.0, 5.0, 10.0], 1250) == pytest.approx(0.002)
+    assert store_and_forward_s([10.0], 1250) == 0.0  # one link: nothing to forward
+
+
+def test_the_last_packet_carries_what_is_left_of_the_message():
+    assert last_packet_bytes("roce", 4096, 3 * 4096 + 100) == 100 + ROCE_DATA_OVERHEAD
+    assert last_packet_bytes("roce", 4096, 2 * 4096) == 4096 + ROCE_DATA_OVERHEAD
+    with pytest.raises(ValueError, match="unknown transport"):
+        last_packet_bytes("udp", 4096, 1)
+
+
+def test_a_dependent_starts_when_its_dependencys_last_packet_arrived():
+    # a's fluid ends at 1 s and its last packet lands 0.25 s later: then b starts
+    spans = simulate([_flow("a", [("x", "y")], 10, latency=0.25),
+                      _flow("b", [("x", "y")], 10, after=("a",), latency=0.25)],
+                     {("x", "y"): 10.0})
+    assert (spans["a"].start, spans["a"].end) == pytest.approx((0.0, 1.25))
+    assert (spans["b"].start, spans["b"].end) == pytest.approx((1.25, 2.5))
+
+
+def test_a_shortest_path_runs_through_switches_only():
+    graph = topologies.build("leaf-spine,leaves=2,spines=2,hosts_per_leaf=2")
+    path = shortest_path(graph, "l0h0", "l1h1")
+    assert path[0] == "l0h0" and path[-1] == "l1h1" and len(path) == 5
+    assert shortest_path(graph, "l0h0", "l0h1") == ["l0h0", "l0", "l0h1"]
+
+
+def test_the_ideal_of_a_dependent_transfer_does_not_wait_for_its_real_start():
+    # b waits for a; in the run b started a whole second after a's last byte: the ideal
+    # starts b when a ends in the model, plus a's last packet's store-and-forward
+    graph = topologies.build("leaf-spine,leaves=2,spines=2,hosts_per_leaf=2")
+    nbytes = 10 * 4096
+    plan = Plan([Transfer("a", "l0h0", "l1h1", nbytes),
+                 Transfer("b", "l1h1", "l0h0", nbytes, after=("a",))],
+                {}, TransportSpec("roce", mtu_payload=4096), start_at=100.0)
+    agents = {"x": {"transfers": [
+        {"id": "a", "role": "send", "start": 100.0}, {"id": "a", "role": "recv", "end": 101.0},
+        {"id": "b", "role": "send", "start": 102.0}, {"id": "b", "role": "recv", "end": 103.0}]}}
+    result = TrafficResult(plan, agents, LinkSeries(), paths={}, ingress_drops={}, fidelity=[])
+    mbps = {frozenset(e): 1.0 for e in graph.edges}
+    spans = ideal_spans(result, graph, mbps, spray=True)
+    fluid_s = nbytes * transport_overhead("roce", 4096).data * 8 / 1e6
+    hop_s = (4096 + ROCE_DATA_OVERHEAD) * 8 / 1e6  # a full last packet on one 1 Mbit/s link
+    assert spans["a"].start == pytest.approx(100.0)
+    assert spans["a"].end == pytest.approx(100.0 + fluid_s + 3 * hop_s)  # 4 links, 3 more
+    assert spans["b"].start == pytest.approx(spans["a"].end)
+    assert spans["b"].end == pytest.approx(spans["b"].start + fluid_s + 3 * hop_s)
