@@ -264,7 +264,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                       f"{expected:.3f}",
                       f"spraying senders: {SPRAY_TEXT[ctx.spray_entropy]}",
                       "ideal: a perfect transport on the paths the run used (max-min fair "
-                      "fluid model, headers and ACKs included); efficiency = measured / ideal"]}
+                      "fluid model, headers, ACKs and store-and-forward latency included, steps "
+                      "chained in the model); efficiency = measured / ideal"]}
 
 
 ANCHORS = {"ecmp": "0.60-0.68", "spray": ">=0.90", "adaptive": ">=0.90"}
