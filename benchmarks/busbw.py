@@ -66,7 +66,8 @@ def one_size(emu: Emulation, pattern: str, ranks: list[str], seconds: float,
     overhead = ideal.transport_overhead(transport.kind, transport.mtu_payload)
     bound = 1 / (overhead.data + overhead.ack)  # a link carries data and the peer's ACKs
     failed = [c.name for c in result.fidelity if not c.ok]
-    verdict = "ok" if not failed and result.complete else f"FAILED ({', '.join(failed) or 'incomplete'})"
+    verdict = ("ok" if not failed and result.complete
+               else f"FAILED ({', '.join(failed) or 'incomplete'})")
     line = f"  {seconds:5g} s ({size / 1e6:6.2f} MB per rank): "
     if measured is None:
         print(line + f"did not finish, fidelity {verdict}")
@@ -76,8 +77,8 @@ def one_size(emu: Emulation, pattern: str, ranks: list[str], seconds: float,
     excess = span - span * measured / bound  # beyond the bandwidth bound
     steps = 2 * (len(ranks) - 1) if pattern == "ring-allreduce" else 1
     per_step = excess / steps
-    print(line + f"busbw {measured:.3f} of line rate (ideal "
-          f"{perfect if perfect is None else round(perfect, 3)}, bound {bound:.3f}); "
+    ideal_text = f"{perfect:.3f}" if perfect else "unknown"
+    print(line + f"busbw {measured:.3f} of line rate (ideal {ideal_text}, bound {bound:.3f}); "
           f"{excess * 1e3:.0f} ms beyond the bound"
           + (f", {per_step * 1e3:.1f} ms = {per_step / plan.packet_s:.1f} packet times per "
              f"step" if steps > 1 else "")

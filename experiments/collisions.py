@@ -45,10 +45,14 @@ FLOW_S = 1.5  # one-flow patterns: each flow's bytes, in seconds of its link at 
 ENTROPY_PORTS = 256
 # Per-rank buffer of the collectives, in seconds of the host link at line
 # rate. A ring all-reduce moves it in 2(N-1) dependent steps of 1/N of it
-# each: at 3 s a step is ~50 packets, long against the per-step latency (tens
-# of ms at these rates), so the ring measures bandwidth, not latency; an
-# all-to-all then runs long against the agents' start and exit.
-BUFFER_S = 3.0
+# each, and each step waits for the previous one's last packet: busbw is only
+# read off nccl-tests' plateau once the steps are long against that latency.
+# `benchmarks/busbw.py` on rail-clos, sprayed (7.5 Mbit/s): the ideal busbw
+# (perfect transport) is 0.76 / 0.86 / 0.89 / 0.935 / 0.945 of line rate at
+# 0.75 / 1.5 / 3 / 6 / 12 s (the bandwidth bound: 0.984), so at 6 s a step is
+# ~90 packets and the ring measures mostly bandwidth; an all-to-all then runs
+# long against the agents' start and exit.
+BUFFER_S = 6.0
 # Host rate of each pattern, as a share of the fabric's full-load rate. An
 # all-to-all keeps 15 queue pairs busy in every agent; their per-QP ACKs and
 # timers cost the agents enough CPU to starve OVS at the full rate (mean
