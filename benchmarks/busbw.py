@@ -27,6 +27,7 @@ from pathlib import Path
 import topologies
 from experiments.collisions import ENTROPY_PORTS, norm_throughput
 from fabric.analysis.report import ideal_spans
+from fabric.argtypes import positive_number
 from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.traffic import build_plan, run_plan
@@ -38,14 +39,8 @@ COLLECTIVES = ("ring-allreduce", "all-gather", "reduce-scatter", "all-to-all")
 
 
 def positive_sizes(text: str) -> list[float]:
-    """``--sizes``: comma-separated positive numbers."""
-    try:
-        sizes = [float(s) for s in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"sizes must be numbers, got {text!r}") from None
-    if not sizes or any(not s > 0 for s in sizes):
-        raise argparse.ArgumentTypeError(f"sizes must be positive, got {text!r}")
-    return sizes
+    """``--sizes``: comma-separated finite numbers > 0."""
+    return [positive_number()(part) for part in text.split(",")]
 
 
 def one_size(emu: Emulation, pattern: str, ranks: list[str], seconds: float,
@@ -95,7 +90,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=positive_sizes, default=[0.75, 1.5, 3.0, 6.0],
                         help="buffer per rank, seconds of the host link at line rate")
     parser.add_argument("--seed", type=int, default=0, help="rank placement")
-    parser.add_argument("--host-mbps", type=float,
+    parser.add_argument("--host-mbps", type=positive_number(),
                         help="host link rate (default: what collisions would pick)")
     args = parser.parse_args()
     graph = topologies.build(args.spec)
