@@ -27,7 +27,7 @@ from pathlib import Path
 import topologies
 from experiments.collisions import ENTROPY_PORTS, norm_throughput
 from fabric.analysis.report import ideal_spans
-from fabric.argtypes import positive_number
+from fabric.argtypes import integer, positive_number
 from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.traffic import build_plan, run_plan
@@ -44,11 +44,12 @@ def positive_sizes(text: str) -> list[float]:
 
 
 def one_size(emu: Emulation, pattern: str, ranks: list[str], seconds: float,
-             transport: TransportSpec, spray: bool, workdir: Path) -> None:
-    """Run ``pattern`` with a buffer of ``seconds`` at line rate per rank; print a line."""
+             transport: TransportSpec, spray: bool, workdir: Path, chunks: int = 1) -> None:
+    """Run ``pattern`` with a buffer of ``seconds`` at line rate per rank, each step split
+    into ``chunks`` pieces; print a line."""
     plan = emu.report.rate_plan
     size = int(plan.host_mbps * 1e6 / 8 * seconds)
-    transfers = collectives.generate(pattern, ranks, size)
+    transfers = collectives.generate(pattern, ranks, size, chunks=chunks)
     result = run_plan(emu, build_plan(emu, transfers, transport),
                       workdir / f"{pattern}-{seconds:g}")
     rows = result.transfer_rows()
@@ -89,6 +90,9 @@ def main() -> None:
     parser.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift")
     parser.add_argument("--sizes", type=positive_sizes, default=[0.75, 1.5, 3.0, 6.0],
                         help="buffer per rank, seconds of the host link at line rate")
+    parser.add_argument("--chunks", type=integer(1, 64), default=1,
+                        help="pieces per step: a rank sends the next piece while the "
+                             "previous one is still unacknowledged (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="rank placement")
     parser.add_argument("--host-mbps", type=positive_number(),
                         help="host link rate (default: what collisions would pick)")
@@ -104,12 +108,13 @@ def main() -> None:
     with Emulation(graph, EmulationOptions(policy=args.policy, host_mbps=rate,
                                            packet_bytes=transport.packet_bytes)) as emu:
         plan = emu.report.rate_plan
-        print(f"{args.spec}, {args.pattern} over {len(ranks)} ranks, {args.policy}, "
+        print(f"{args.spec}, {args.pattern} over {len(ranks)} ranks in {args.chunks} "
+              f"chunk(s) per step, {args.policy}, "
               f"{args.cc}, {plan.host_mbps:g} Mbit/s per host (a packet takes "
               f"{plan.packet_s * 1e3:.1f} ms):")
         for seconds in args.sizes:
             one_size(emu, args.pattern, ranks, seconds, transport, args.policy != "ecmp",
-                     workdir)
+                     workdir, args.chunks)
 
 
 if __name__ == "__main__":
