@@ -10,8 +10,9 @@ As in RACK (RFC 8985) a packet is declared lost only when a packet *sent
 after it* has been delivered and more than ``srtt * factor + reordering
 allowance`` passed since it was sent, or when the retransmission timer (on
 the oldest outstanding transmission) expires. The reordering allowance grows
-when the receiver reports duplicates, i.e. when a retransmission was
-spurious. Only lost packets are sent again (selective repeat).
+when the receiver reports duplicates (a retransmission was spurious) or when
+an original arrives after it was declared lost (before its repair left).
+Only lost packets are sent again (selective repeat).
 
 The window (packets) is moved by a controller from :mod:`fabric.agent.cc`:
 on every ACK (with the one-way delay it reports) and on a loss episode, at
@@ -121,6 +122,7 @@ class SendQP:
         self.reorder_mult = 1
         self.last_mult_change = -math.inf
         self.episodes_since_widening = 0
+        self.overtaken_late = False     # a lost-marked original was delivered (this ACK)
         self.peer_duplicates = 0
         self.peer_out_of_order = 0
         # reported per transfer (COUNTERS)
@@ -222,7 +224,10 @@ class SendQP:
         if state == IN_FLIGHT:
             self.inflight -= 1
         elif state == LOST and not self.retx[psn]:
-            self._spurious(1)  # the original arrived before its repair was sent
+            # the original arrived before its repair was sent: proof, without
+            # waiting for a duplicate, that reordering outlasted the allowance
+            self.overtaken_late = True
+            self._spurious(1)
         self.state[psn] = ACKED
         self.acked += 1
         if not self.retx[psn] and self.sent_tx[psn] > self.rack_tx:
@@ -256,14 +261,18 @@ class SendQP:
             # only the packet that triggered this very ACK, acknowledged for
             # the first time and sent once (Karn), gives an unambiguous sample
             self._rtt_sample(now - self.sent_at[trigger])
-        if ack.duplicates > self.peer_duplicates:
-            # the receiver got a PSN twice: a retransmission was spurious, so
-            # packets are being reordered more than we allowed for (RACK's
-            # DSACK rule); widen the allowance, at most once per RTT
+        duplicated = ack.duplicates > self.peer_duplicates
+        if duplicated or self.overtaken_late:
+            # the receiver got a PSN twice (a retransmission was spurious: RACK's
+            # DSACK rule) or an original came in after it was declared lost:
+            # packets are reordered more than we allowed for; widen the
+            # allowance, at most once per RTT
             if now - self.last_mult_change >= (self.srtt or self.rto):
                 self.reorder_mult = min(self.reorder_mult + 1, self.cc.max_reorder_mult)
                 self.last_mult_change = now
                 self.episodes_since_widening = 0
+            self.overtaken_late = False
+        if duplicated:
             self._spurious(ack.duplicates - self.peer_duplicates)
         self.peer_duplicates = max(self.peer_duplicates, ack.duplicates)
         self.peer_out_of_order = max(self.peer_out_of_order, ack.out_of_order)

@@ -482,6 +482,26 @@ def test_a_cut_with_one_real_loss_stays():
     assert send.cwnd < 16.0 and send.undone_cuts == 0
 
 
+def test_an_original_arriving_after_its_loss_mark_widens_the_reordering_allowance():
+    """No duplicate reached the receiver (no repair had left), yet the sender knows
+    its mark was early: it allows for more reordering from then on."""
+    send = _twenty_in_flight()
+    send.on_ack(bth.parse_ack(_ack_for(send, [10])), 0.050)
+    before = send.loss_threshold()
+    send.on_ack(bth.parse_ack(_ack_for(send, list(range(11)))), 0.051)
+    assert send.reorder_mult == 2 and send.loss_threshold() > before
+    assert send.retransmitted == 0
+
+
+def test_repairs_of_real_losses_leave_the_reordering_allowance():
+    send = _twenty_in_flight()
+    send.on_ack(bth.parse_ack(_ack_for(send, [10])), 0.050)
+    for _ in range(10):  # 0-9 were really lost: their repairs go out
+        send.next_packet(0.050)
+    send.on_ack(bth.parse_ack(_ack_for(send, list(range(11)))), 0.090)
+    assert send.reorder_mult == 1 and send.retransmitted == 10
+
+
 def _twenty_in_flight() -> SendQP:
     """A sender with PSNs 0-9 sent at t=0 and 10-19 at t=0.04 s."""
     send = SendQP(0x100, 100 * 1000, 1000)
