@@ -18,14 +18,14 @@ def test_swift_target_is_the_base_delay_plus_an_allowance_per_hop():
     swift = SwiftControl(PKT, 512, hops=4)
     assert math.isinf(swift.target())
     swift.on_ack(10, 1, 1.5 * PKT, now=0.0, rtt=0.02)
-    # 2 packet times at the sender's NIC and 2 per link
-    assert swift.target() == pytest.approx(1.5 * PKT + (2 + 4 * 2) * PKT)
+    # 2 packet times at the sender's NIC and 4 per link
+    assert swift.target() == pytest.approx(1.5 * PKT + (2 + 4 * 4) * PKT)
     swift.on_ack(10, 1, 0.5 * PKT, now=0.0, rtt=0.02)  # the base only ever falls
-    assert swift.target() == pytest.approx(0.5 * PKT + 10 * PKT)
+    assert swift.target() == pytest.approx(0.5 * PKT + 18 * PKT)
     assert SwiftControl(PKT, 512, hops=2).target() == math.inf
     longer = SwiftControl(PKT, 512, hops=6)
     longer.on_ack(10, 1, 0.5 * PKT, now=0.0, rtt=0.02)
-    assert longer.target() - swift.target() == pytest.approx(2 * 2 * PKT)
+    assert longer.target() - swift.target() == pytest.approx(2 * 4 * PKT)
 
 
 def test_swift_base_is_capped_so_a_flow_that_never_saw_an_empty_queue_is_not_favoured():

@@ -20,7 +20,7 @@ from fabric.agent import bth
 from fabric.agent.impair import Impairment, ImpairmentProxy
 from fabric.agent.local import loopback_hosts, run_plan, spare_address
 from fabric.agent.loop import EventLoop
-from fabric.agent.records import SEND, TransferRecord
+from fabric.agent.records import RECV, SEND, TransferRecord
 from fabric.agent.roce import CE, ECT0, RoceEngine
 from fabric.agent.roce_recv import RecvQP
 from fabric.agent.roce_send import SendQP
@@ -607,6 +607,23 @@ def test_sprayed_sockets_are_opened_before_the_start():
         assert sorted(sock.getsockname()[1] for sock in pool) == list(ports)
         engine.start_send(records[1], time.monotonic())
         assert engine.senders[0x101].sockets is pool
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("cc", ["swift", "loss"])
+def test_a_receiver_echoes_ports_up_to_the_queueing_swift_allows_on_the_path(cc):
+    """Recycling calls a path congested where swift would: 2 packet times plus 4 per
+    link (whichever control runs), so a longer path is allowed more."""
+    spec = TransportSpec("roce", rate_mbps=10, entropy="recycle", entropy_ports=8, cc=cc)
+    engine = RoceEngine(EventLoop(), spec, ["127.0.0.1"], lambda r: None, lambda r, m: None)
+    try:
+        for qpn, links in ((0x100, 4), (0x101, 6), (0x102, 0)):
+            engine.add_recv(TransferRecord(Transfer(f"t{qpn}", "a", "b", 1000, hops=links),
+                                           RECV, qpn=qpn))
+        allowed = {qpn: qp.echo_excess_us / 1e6 / engine.packet_time
+                   for qpn, (_, qp) in engine.receivers.items()}
+        assert allowed == pytest.approx({0x100: 18.0, 0x101: 26.0, 0x102: 10.0}, abs=1e-3)
     finally:
         engine.close()
 
