@@ -269,7 +269,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
                       f"spraying senders: {SPRAY_TEXT[ctx.spray_entropy]}",
                       "ideal: a perfect transport on the paths the run used (max-min fair "
                       "fluid model, headers, ACKs and store-and-forward latency included, steps "
-                      "chained in the model); efficiency = measured / ideal"]}
+                      "chained in the model; sprayed flows split as the switches' hash split "
+                      "them, or evenly where the senders steer by echoes); "
+                      "efficiency = measured / ideal"]}
 
 
 ANCHORS = {"ecmp": "0.60-0.68", "spray": ">=0.90", "adaptive": ">=0.90"}

@@ -102,9 +102,11 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     """What a perfect transport would have done with this run's transfers.
 
     Per-flow routing (``spray`` False) keeps each transfer on the path the run
-    measured; spraying splits it over its shortest paths in the proportions the
-    switches' hashes really gave (per-link byte counts), so the hash's unevenness
-    belongs to the ideal and the efficiency is the transport's alone. Independent
+    measured. Spraying splits it over its shortest paths: senders that take
+    their source ports in turn (``entropy="packet"``) in the proportions the
+    switches' hashes really gave (per-link byte counts), so the hash's
+    unevenness belongs to the ideal; senders that steer (``"recycle"``) evenly,
+    since how well they balance is their own doing. Independent
     transfers start when they really started; dependent ones the instant their
     last dependency ends in the model, not when they really started (that would
     hand the ideal every real step's delay). Every transfer ends when its last
@@ -114,7 +116,7 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     spec = result.plan.transport
     overhead = ideal.transport_overhead(spec.kind, spec.mtu_payload)
     rows = {r["id"]: r for r in result.transfer_rows()}
-    link_bytes = result.links.totals() if spray else None
+    link_bytes = result.links.totals() if spray and spec.entropy == "packet" else None
     fluid = []
     for t in result.plan.transfers:
         path = rows[t.id].get("path")

@@ -212,3 +212,28 @@ def test_the_ideal_of_a_dependent_transfer_does_not_wait_for_its_real_start():
     assert spans["a"].end == pytest.approx(100.0 + fluid_s + 3 * hop_s)  # 4 links, 3 more
     assert spans["b"].start == pytest.approx(spans["a"].end)
     assert spans["b"].end == pytest.approx(spans["b"].start + fluid_s + 3 * hop_s)
+
+
+def test_only_steering_senders_are_held_to_an_even_split():
+    # the run's switches sent 3/4 of l0's uplink bytes to s0, and each spine link has
+    # half the host rate: senders taking their ports in turn are stuck with that hash
+    # (s0's links carry 3/4 of the flow: 2/3 of line rate); senders that steer by
+    # echoes could have split evenly (line rate), so their ideal does
+    graph = topologies.build("leaf-spine,leaves=2,spines=2,hosts_per_leaf=1")
+    nbytes = 100 * 4096
+    agents = {"x": {"transfers": [{"id": "a", "role": "send", "start": 0.0},
+                                  {"id": "a", "role": "recv", "end": 9.0}]}}
+    uneven = {("l0", "s0"): 3000, ("l0", "s1"): 1000, ("s0", "l1"): 3000, ("s1", "l1"): 1000}
+    links = LinkSeries(times=[0.0, 9.0], bytes=[{k: 0 for k in uneven}, uneven])
+    mbps = {frozenset(e): 0.5 if "s0" in e or "s1" in e else 1.0 for e in graph.edges}
+    fluid = {}
+    for entropy in ("packet", "recycle"):
+        plan = Plan([Transfer("a", "l0h0", "l1h0", nbytes)], {},
+                    TransportSpec("roce", mtu_payload=4096, entropy=entropy), start_at=0.0)
+        result = TrafficResult(plan, agents, links, paths={}, ingress_drops={}, fidelity=[])
+        span = ideal_spans(result, graph, mbps, spray=True)["a"]
+        fluid[entropy] = span.end - span.start
+    line_s = nbytes * transport_overhead("roce", 4096).data * 8 / 1e6
+    latency = store_and_forward_s([1.0, 0.5, 0.5, 1.0], 4096 + ROCE_DATA_OVERHEAD)
+    assert fluid["recycle"] == pytest.approx(line_s + latency)
+    assert fluid["packet"] == pytest.approx(1.5 * line_s + latency)
