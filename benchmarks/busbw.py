@@ -7,15 +7,21 @@ plateau. This prints, per buffer size (in seconds of the host link at line rate,
 the unit of ``experiments/collisions.py``'s ``BUFFER_S``), on one bring-up:
 
 * busbw as a share of the host line rate, beside the per-run ideal (a perfect
-  transport on the paths the run used, from each step's measured start) and the
+  transport on the paths the run used, steps chained in the model) and the
   bandwidth bound (headers and ACKs, no latency);
 * the time the run took beyond that bound, per dependent step for the ring, in
   milliseconds and in packet times;
 * the fidelity verdict of the run.
 
+The one-flow patterns of ``collisions`` (stride, permutation) run the same way:
+the size is then each flow's length (the unit of its ``FLOW_S``) and the figure
+its mean flow rate, so a sweep shows how much of a short flow is start-up and
+how evenly a sprayed flow's packets spread.
+
 Usage::
 
     sudo .venv/bin/python benchmarks/busbw.py [SPEC] [--policy spray] [--sizes 0.75,1.5,3,6]
+    sudo .venv/bin/python benchmarks/busbw.py fat-tree --pattern permutation --sizes 1.5,6
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import topologies
-from experiments.collisions import ENTROPY_PORTS, norm_throughput
+from experiments.collisions import (ENTROPY_PORTS, ONE_FLOW_PATTERNS, norm_throughput,
+                                    pattern_transfers, uplink_shares)
 from fabric.analysis.report import ideal_spans
 from fabric.argtypes import integer, positive_number
 from fabric.cli import user_errors
@@ -36,6 +44,7 @@ from fabric.traffic.model import CONGESTION_CONTROLS, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 COLLECTIVES = ("ring-allreduce", "all-gather", "reduce-scatter", "all-to-all")
+PATTERNS = ONE_FLOW_PATTERNS + COLLECTIVES
 
 
 def positive_sizes(text: str) -> list[float]:
@@ -43,13 +52,19 @@ def positive_sizes(text: str) -> list[float]:
     return [positive_number()(part) for part in text.split(",")]
 
 
-def one_size(emu: Emulation, pattern: str, ranks: list[str], seconds: float,
+def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
              transport: TransportSpec, spray: bool, workdir: Path, chunks: int = 1) -> None:
-    """Run ``pattern`` with a buffer of ``seconds`` at line rate per rank, each step split
-    into ``chunks`` pieces; print a line."""
+    """Run ``pattern`` with ``seconds`` of line rate per flow or rank, each collective step
+    split into ``chunks`` pieces; print a line."""
     plan = emu.report.rate_plan
-    size = int(plan.host_mbps * 1e6 / 8 * seconds)
-    transfers = collectives.generate(pattern, ranks, size, chunks=chunks)
+    if pattern in ONE_FLOW_PATTERNS:
+        transfers, ranks, size = pattern_transfers(emu.graph, pattern, seed, plan.host_mbps,
+                                                   seconds)
+        nbytes = transfers[0].bytes
+    else:
+        ranks = rank_hosts(emu.graph, placement="random", seed=seed)
+        size = nbytes = int(plan.host_mbps * 1e6 / 8 * seconds)
+        transfers = collectives.generate(pattern, ranks, size, chunks=chunks)
     result = run_plan(emu, build_plan(emu, transfers, transport),
                       workdir / f"{pattern}-{seconds:g}")
     rows = result.transfer_rows()
@@ -64,16 +79,21 @@ def one_size(emu: Emulation, pattern: str, ranks: list[str], seconds: float,
     failed = [c.name for c in result.fidelity if not c.ok]
     verdict = ("ok" if not failed and result.complete
                else f"FAILED ({', '.join(failed) or 'incomplete'})")
-    line = f"  {seconds:5g} s ({size / 1e6:6.2f} MB per rank): "
+    unit = "per flow" if size is None else "per rank"
+    line = f"  {seconds:5g} s ({nbytes / 1e6:6.2f} MB {unit}): "
     if measured is None:
         print(line + f"did not finish, fidelity {verdict}")
+        return
+    ideal_text = f"{perfect:.3f}" if perfect else "unknown"
+    if size is None:
+        print(line + f"mean flow rate {measured:.3f} of line rate (ideal {ideal_text}, "
+              f"bound {bound:.3f}); {uplink_spread(emu.graph, result)}; fidelity {verdict}")
         return
     span = (collectives.busbw_factor(pattern, len(ranks)) * size * 8 / 1e6
             / plan.host_mbps / measured)
     excess = span - span * measured / bound  # beyond the bandwidth bound
     steps = 2 * (len(ranks) - 1) if pattern == "ring-allreduce" else 1
     per_step = excess / steps
-    ideal_text = f"{perfect:.3f}" if perfect else "unknown"
     print(line + f"busbw {measured:.3f} of line rate (ideal {ideal_text}, bound {bound:.3f}); "
           f"{excess * 1e3:.0f} ms beyond the bound"
           + (f", {per_step * 1e3:.1f} ms = {per_step / plan.packet_s:.1f} packet times per "
@@ -81,39 +101,59 @@ def one_size(emu: Emulation, pattern: str, ranks: list[str], seconds: float,
           + f"; fidelity {verdict}")
 
 
+def uplink_spread(graph: Any, result: Any) -> str:
+    """How unevenly the leaves split their bytes over their uplinks: the largest share of
+    a leaf's uplink bytes on one uplink, against the even share."""
+    shares: dict[str, list[float]] = {}
+    for link, share in uplink_shares(graph, result).items():
+        shares.setdefault(link.split(">")[0], []).append(share)
+    busiest = max(((max(v), 1 / len(v)) for v in shares.values() if sum(v) > 0),
+                  default=None)
+    if busiest is None:
+        return "no uplink traffic"
+    return f"busiest uplink {busiest[0]:.3f} of its leaf's bytes (even {busiest[1]:.3f})"
+
+
 def main() -> None:
-    """Bring the fabric up once and run the collective at every size."""
+    """Bring the fabric up once and run the pattern at every size."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", nargs="?", default="rail-clos")
-    parser.add_argument("--pattern", choices=COLLECTIVES, default="ring-allreduce")
+    parser.add_argument("--pattern", choices=PATTERNS, default="ring-allreduce")
     parser.add_argument("--policy", choices=("ecmp", "spray", "adaptive"), default="spray")
     parser.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift")
     parser.add_argument("--sizes", type=positive_sizes, default=[0.75, 1.5, 3.0, 6.0],
-                        help="buffer per rank, seconds of the host link at line rate")
+                        help="buffer per rank (one-flow patterns: bytes per flow), in "
+                             "seconds of the host link at line rate")
     parser.add_argument("--chunks", type=integer(1, 64), default=1,
                         help="pieces per step: a rank sends the next piece while the "
                              "previous one is still unacknowledged (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="rank placement")
+    parser.add_argument("--seed", type=int, default=0, help="rank placement, permutation")
+    parser.add_argument("--spray-entropy", choices=("packet", "recycle"), default="recycle",
+                        help="how spraying senders pick source ports (as collisions)")
+    parser.add_argument("--entropy-ports", type=integer(1, 1024), default=ENTROPY_PORTS,
+                        help=f"source ports per spraying sender (default {ENTROPY_PORTS}, "
+                             f"as collisions)")
     parser.add_argument("--host-mbps", type=positive_number(),
                         help="host link rate (default: what collisions would pick)")
     args = parser.parse_args()
+    if args.chunks > 1 and args.pattern in ONE_FLOW_PATTERNS:
+        parser.error(f"argument --chunks: {args.pattern} has no steps to split")
     graph = topologies.build(args.spec)
     transport = TransportSpec("roce", cc=args.cc,
-                              entropy="flow" if args.policy == "ecmp" else "recycle",
-                              entropy_ports=ENTROPY_PORTS)
+                              entropy="flow" if args.policy == "ecmp" else args.spray_entropy,
+                              entropy_ports=args.entropy_ports)
     rate = args.host_mbps or capacity.auto_host_mbps(
         graph, packet_bytes=transport.packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
-    ranks = rank_hosts(graph, placement="random", seed=args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="fabric-busbw-"))
     with Emulation(graph, EmulationOptions(policy=args.policy, host_mbps=rate,
                                            packet_bytes=transport.packet_bytes)) as emu:
         plan = emu.report.rate_plan
-        print(f"{args.spec}, {args.pattern} over {len(ranks)} ranks in {args.chunks} "
-              f"chunk(s) per step, {args.policy}, "
+        steps = f" in {args.chunks} chunk(s) per step" if args.pattern in COLLECTIVES else ""
+        print(f"{args.spec}, {args.pattern}{steps}, {args.policy}, "
               f"{args.cc}, {plan.host_mbps:g} Mbit/s per host (a packet takes "
               f"{plan.packet_s * 1e3:.1f} ms):")
         for seconds in args.sizes:
-            one_size(emu, args.pattern, ranks, seconds, transport, args.policy != "ecmp",
+            one_size(emu, args.pattern, args.seed, seconds, transport, args.policy != "ecmp",
                      workdir, args.chunks)
 
 

@@ -37,10 +37,16 @@ NAME = "collisions"
 QUESTION = "How much line rate does per-flow ECMP lose to collisions, vs spraying and adaptive?"
 POLICIES = ("ecmp", "spray", "adaptive")
 PATTERNS = ("stride", "permutation", "ring-allreduce", "all-to-all")
-ABLATION_PATTERNS = ("stride", "permutation")
+ONE_FLOW_PATTERNS = ("stride", "permutation")  # one flow per host, measured by mean rate
+ABLATION_PATTERNS = ONE_FLOW_PATTERNS  # the transport ablation
 ABLATION_METRICS = (("efficiency", "mean rate / ideal"),
                     ("span_efficiency", "ideal / measured\ntime of the last byte"))
-FLOW_S = 1.5  # one-flow patterns: each flow's bytes, in seconds of its link at line rate
+# One-flow patterns: each flow's bytes, in seconds of its link at line rate. A
+# sprayed flow needs some round trips before the receiver's echoes have steered
+# it off its queueing paths: `benchmarks/busbw.py --pattern permutation` on the
+# k=4 fat-tree (4.5 Mbit/s) gave 0.92 / 0.94 / 0.95 of line rate at 1.5 / 3 /
+# 6 s (rail-clos stride: 0.94 / 0.965 / 0.97).
+FLOW_S = 3.0
 # Many entropy values even out the hash: 64 split one flow 17-31 % over 4 paths.
 ENTROPY_PORTS = 256
 # Per-rank buffer of the collectives, in seconds of the host link at line
@@ -99,19 +105,22 @@ def check(ctx: RunContext) -> None:
                                     f"different leaves for the {pattern}")
 
 
-def pattern_transfers(graph: Any, pattern: str, seed: int, host_mbps: float
+def pattern_transfers(graph: Any, pattern: str, seed: int, host_mbps: float,
+                      seconds: float | None = None
                       ) -> tuple[list[Transfer], list[str], int | None]:
     """Schedule of one run, its ranks and its nccl-tests size (None for the one-flow
-    patterns)."""
-    nbytes = int(host_mbps * 1e6 / 8 * FLOW_S)
+    patterns). ``seconds`` of line rate sets each flow's bytes or each rank's buffer
+    (default :data:`FLOW_S`, :data:`BUFFER_S`)."""
+    one_flow = pattern in ONE_FLOW_PATTERNS
+    length = seconds if seconds is not None else FLOW_S if one_flow else BUFFER_S
+    nbytes = int(host_mbps * 1e6 / 8 * length)
     if pattern == "stride":
         ranks = rank_hosts(graph, placement="rail")
         return synthetic.stride(graph, ranks, nbytes), ranks, None
     ranks = rank_hosts(graph, placement="random", seed=seed)
     if pattern == "permutation":
         return synthetic.permutation(ranks, nbytes, seed), ranks, None
-    size = int(host_mbps * 1e6 / 8 * BUFFER_S)
-    return collectives.generate(pattern, ranks, size), ranks, size
+    return collectives.generate(pattern, ranks, nbytes), ranks, nbytes
 
 
 def norm_throughput(pattern: str, spans: dict[str, tuple[float, float, int]],
@@ -415,7 +424,7 @@ def plot(run_dir: Path) -> list[Path]:
                                **plotstyle.series_style(policy, i))
                 plotstyle.ideal_ticks(ax, i + 0.32, ideals,
                                       plotstyle.IDEAL_LABEL if i == 0 else None)
-            if pattern in ABLATION_PATTERNS:  # the anchors are one flow per host
+            if pattern in ONE_FLOW_PATTERNS:  # the anchors are one flow per host
                 for i, policy in enumerate(p for p in policies if p in ANCHOR_RANGES):
                     low, high = ANCHOR_RANGES[policy]
                     ax.fill_between([i - 0.3, i + 0.3], low, high, color="grey", alpha=0.2,
