@@ -70,6 +70,16 @@ class SwiftParams:
         links (0: unknown, taken as host, switch, host)."""
         return self.endpoint_allowance + (links or 2) * self.hop_allowance
 
+    def initial_window(self, links: int) -> float:
+        """Window a new flow starts with: the queueing (packet times, so packets at line
+        rate) the target allows on a path of ``links`` links. An RDMA NIC starts a flow
+        at line rate; from a fixed 16 packets, growing one a round trip, 6-link flows on
+        a k=4 fat-tree stayed window-bound for most of 3 s (0.915 of line rate against
+        0.94, `benchmarks/busbw.py --pattern permutation`, 5 seeds). Adding the round
+        trip's 2 packet times a link on top gained nothing more and lost 37 packets
+        instead of 7 when 4 flows started together on one bottleneck (`benchmarks/cc.py`)."""
+        return self.allowance(links)
+
 
 class LossControl:
     """AIMD on loss."""
@@ -83,6 +93,10 @@ class LossControl:
                rtt: float) -> float:
         """Window after ``newly`` packets were acknowledged."""
         return min(cwnd + newly / max(cwnd, 1.0), self.max_cwnd)
+
+    def initial_window(self, default: float) -> float:
+        """Window of a new queue pair: ``default`` (the queue pair's configured one)."""
+        return default
 
     def on_loss(self, cwnd: float) -> float:
         """Window after a loss episode (called at most once per RTT)."""
@@ -118,6 +132,11 @@ class SwiftControl:
         self.last_decrease = -math.inf
         self.latest_delay: float | None = None
         self.decreases = 0           # delay cuts, reported per transfer
+
+    def initial_window(self, default: float) -> float:
+        """Window of a new queue pair: the path's (see
+        :meth:`SwiftParams.initial_window`), whatever ``default`` says."""
+        return self.params.initial_window(self.hops)
 
     def target(self) -> float:
         """Target one-way delay: the base plus the per-hop allowance."""
@@ -261,6 +280,10 @@ class DcqcnControl:
                 self.target += p.ai * self.line_rate
             self.target = min(self.target, self.line_rate)
         self.rate = min((self.target + self.rate) / 2, self.line_rate)
+
+    def initial_window(self, default: float) -> float:
+        """Outstanding limit until the first ACK: ``default``."""
+        return default
 
     def on_ack(self, cwnd: float, newly: int, delay: float | None, now: float,
                rtt: float) -> float:

@@ -111,7 +111,11 @@ class PacketTimes:
     """
 
     ack_delay: float = 4.0    # longest an arrival waits for its (coalesced) ACK
-    min_rto: float = 50.0     # retransmission timeout floor (and first value)
+    # retransmission timeout floor (and first value): above a full 64-packet switch
+    # buffer (the default) on top of the path's round trip, as a real NIC's timeout
+    # (ms) is far above any queue's drain (us); at 50, ECMP flows queued behind a full
+    # buffer timed out and resent their window without a loss
+    min_rto: float = 100.0
     max_rto: float = 250.0
     min_reorder: float = 12.0  # floor of the loss detector's reordering allowance
     burst: float = 2.0        # pacer bucket depth (at least 2 packets)

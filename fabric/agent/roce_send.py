@@ -103,7 +103,7 @@ class SendQP:
         self.una = 0
         self.acked = 0
         self.inflight = 0
-        self.cwnd = float(cc.init_cwnd)
+        self.cwnd = float(self.control.initial_window(cc.init_cwnd))
         self.srtt: float | None = None
         self.latest_rtt = 0.0
         self.rttvar = 0.0

@@ -67,6 +67,18 @@ def test_swift_window_stays_within_bounds():
     assert swift.on_loss(1.0) == pytest.approx(0.5)
 
 
+def test_a_swift_queue_pair_starts_with_the_queueing_its_path_allows():
+    """Swift starts near line rate, more packets for longer paths; the other controls keep
+    the configured window."""
+    params = SwiftParams()
+    for links in (2, 4, 6):
+        qp = SendQP(0x100, 4096 * 100, 4096, CcConfig(init_cwnd=16.0),
+                    SwiftControl(0.004, 512.0, links))
+        assert qp.cwnd == params.allowance(links)
+    assert params.initial_window(6) > params.initial_window(4) > params.initial_window(2)
+    assert SendQP(0x100, 4096, 4096, CcConfig(init_cwnd=16.0), LossControl(512.0)).cwnd == 16.0
+
+
 def test_loss_control_is_aimd():
     aimd = LossControl(512)
     assert aimd.on_ack(10.0, 10, None, 0.0, 0.02) == pytest.approx(11.0)

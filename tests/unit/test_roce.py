@@ -325,6 +325,22 @@ def test_no_lateness_when_nothing_is_left_to_send():
         loop.close()
 
 
+def test_the_timeout_floor_outlasts_a_full_default_switch_buffer():
+    """A packet queued behind a full buffer is late, not lost: the timeout must not
+    resend the window for that (it did at 50 packet times under ECMP collisions)."""
+    from fabric.emulation.shaping import DEFAULT_QUEUE_PKTS
+
+    loop = EventLoop()
+    try:
+        for mbps in (3, 7.5, 100):
+            engine = RoceEngine(loop, TransportSpec(kind="roce", rate_mbps=mbps), ["127.0.0.1"],
+                                lambda r: None, lambda r, e: None)
+            assert engine.qp_cc.min_rto_s > DEFAULT_QUEUE_PKTS * engine.packet_time
+            engine.close()
+    finally:
+        loop.close()
+
+
 def test_packets_nobody_acknowledges_are_resent_on_the_timeout():
     """The engine skips its service on wake-ups that changed nothing but the time: the
     loss timer of what it just sent must still be in the wake-up it asks for."""
@@ -333,7 +349,7 @@ def test_packets_nobody_acknowledges_are_resent_on_the_timeout():
     sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sink.bind((dst, bth.ROCE_PORT))  # takes the packets, never answers
     loop = EventLoop()
-    engine = RoceEngine(loop, TransportSpec(kind="roce", rate_mbps=50), [src],
+    engine = RoceEngine(loop, TransportSpec(kind="roce", rate_mbps=100), [src],
                         lambda r: None, lambda r, e: None)
     loop.add_service(engine.service)
     try:
@@ -345,7 +361,7 @@ def test_packets_nobody_acknowledges_are_resent_on_the_timeout():
         end = time.monotonic() + 0.5
         while time.monotonic() < end and not qp.rto_count:
             loop.run_once(0.05)
-        assert rto_s < 0.05  # 50 packet times at 50 Mbit/s: the loop had 10 timeouts' time
+        assert rto_s < 0.05  # 100 packet times at 100 Mbit/s: the loop had 10 timeouts' time
         assert qp.rto_count >= 1 and qp.retransmitted >= 1
     finally:
         engine.close()
