@@ -4,8 +4,8 @@ Spraying sends each packet with the next UDP source port of a pool of N
 values; the switches' hash maps each value to one uplink, so with a finite
 pool the split is as uneven as the hash's mapping of those N values, and the
 busiest uplink limits the flow. ``recycle`` (after REPS) reuses the ports
-whose packets arrived without queueing worth the congestion control's
-name, which should even the split out. On the default rail-clos under the
+whose packets arrived with no more queueing than swift aims for on their
+path, which should even the split out. On the default rail-clos under the
 spray policy, the stride permutation of the collisions experiment (every
 flow crosses the spines), for each pool size in ``--pools`` and each seed
 it prints the busiest leaf uplink's share of its leaf's uplink bytes
