@@ -44,8 +44,8 @@ ABLATION_METRICS = (("efficiency", "mean rate / ideal"),
 # One-flow patterns: each flow's bytes, in seconds of its link at line rate. A
 # sprayed flow needs some round trips before the receiver's echoes have steered
 # it off its queueing paths: `benchmarks/busbw.py --pattern permutation` on the
-# k=4 fat-tree (4.5 Mbit/s) gave 0.92 / 0.94 / 0.95 of line rate at 1.5 / 3 /
-# 6 s (rail-clos stride: 0.94 / 0.965 / 0.97).
+# k=4 fat-tree (4.5 Mbit/s) gave 0.93 / 0.95 / 0.96 of line rate at 1.5 / 3 /
+# 6 s (rail-clos stride: 0.95 / 0.96 / 0.96).
 FLOW_S = 3.0
 # Many entropy values even out the hash: 64 split one flow 17-31 % over 4 paths.
 ENTROPY_PORTS = 256
