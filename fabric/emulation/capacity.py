@@ -10,47 +10,46 @@ Userspace Open vSwitch forwards all packets in one thread. Its budget is
 measured by ``benchmarks/traffic.py``: every one of 16 hosts sends a flow
 across the fabric (a permutation) sprayed packet by packet over all paths,
 so that every link really runs at full load, and the run is faithful while
-packets wait less than 1 ms on average in ovs-vswitchd's receive sockets.
-On a 2-core VM the default rail-clos (48 ports) held that at 3 Mbit/s per
-host (~12 k packet-hops/s: 0.28-0.80 ms over 8 runs), was marginal at 3.5
-(0.35-1.17 ms) and 4.5 (0.6-2.3 ms) and failed at 6 (1.3-1.6 ms); the
-budget keeps rail-clos at 3 Mbit/s. A TCP permutation under per-flow ECMP
-seemed to carry twice as much, but its hash collisions left links idle, so
-it never offered the full load. Loss-based ceilings (up to ~120 k
-packet-hops/s in DESIGN.md) overstate what is faithful by far more: OVS
-delays packets by milliseconds long before it drops any. One thread
-forwards whatever the port count (DESIGN.md saw no per-port cost in what it
-carries from 48 to 640 ports), so the budget is flat:
-``USERSPACE_BUDGET_PKT_HOPS`` full-size packet-hops per second, up to
-``MAX_USERSPACE_PORTS`` ports. The wait itself has a floor that grows with
-the ports, about 5 us each (the thread sweeps every socket): 0.2-0.25 ms on
-rail-clos's 48 under ECMP, about 1 ms on the 64-endpoint rail-clos's 192 even
-at 0.25 Mbit/s. There a packet takes 24-48 ms per link, and the input-delay
-check allows a tenth of that (:func:`fabric.emulation.fidelity.input_delay_limit_ms`);
-at its budget rate, 0.5 Mbit/s, it waited 0.7-2.4 ms (limit 2.4): valid, with
-little margin.
+packets wait less than 1 ms on average in ovs-vswitchd's receive sockets
+(or a tenth of a packet time, where that is longer). Loss-based ceilings
+(up to ~120 k packet-hops/s in DESIGN.md) overstate what is faithful by far:
+OVS delays packets by milliseconds long before it drops any.
 
-Since the forwarding thread runs at real-time priority (see
-:mod:`fabric.emulation.ovs`) the switches keep up with about twice that
-(2-4 runs per rate): rail-clos 0.32-0.57 ms at 3 Mbit/s, 0.60-0.93 at 6,
-0.56-1.36 at 9 (back to back without the priority: 0.45-0.47, 1.70-1.95
-and 2.21-2.72); the k=4 fat-tree 0.57-0.68 at 3 (twice its budget rate)
-and 0.67-1.39 at 4.5. The budget stays where it was because the hosts'
-agents give out first, and wait behind that thread: at 6 Mbit/s the
-machine is 84-90 % busy, the agents' event loops stall for up to 36-155
-ms, and the quick collisions stride loses 0.02-0.04 of its efficiency
-against its ideal (spray 0.93-0.95 against 0.97-0.98 at 3 Mbit/s) and
-has retransmission timeouts (1-5 per policy against none). Raising it
-waited for cheaper agents.
+**The budget falls with the switch ports.** The forwarding thread reads every
+port's socket on each wake-up (one ``recvmmsg`` and a batch of receive buffers
+per port, ``benchmarks/ovs_loop.py``), so a packet waits for a sweep whose
+length grows with the ports, whatever the load. The budget is therefore
+``BUDGET_PORT_PKT_HOPS / ports`` full-size packet-hops per second, flat below
+``MIN_BUDGET_PORTS`` (the smallest fabric it was calibrated on; below it the
+packets' own cost, not the sweep, is the limit). Measured on 2 cores with the
+forwarding thread pinned and one agent process (input delay per run; rate per
+host of 4096-byte roce payloads; packet-hops/s at full load):
 
-Since one agent process serves every host, off the forwarding thread's core
-(:mod:`fabric.emulation.traffic`), the agents no longer give out first:
-rail-clos kept its input delay under 1 ms up to 13.5 Mbit/s of 4096-byte
-payloads (17.0 k packet-hops/s: 0.77-0.95 ms, machine 81-84 % busy) and
-failed at 15 (1.00 ms). The budget stays flat and where it was because the
-k=4 fat-tree, 80 switch ports, is already marginal at its default rate
-(4.5 Mbit/s, 9.7 k packet-hops/s: 1.03-1.24 ms): the limit depends on the
-ports, and a budget that does is not built yet.
+* rail-clos, 48 ports: ``traffic.py`` 0.37-0.93 ms from 7.5 to 24 Mbit/s
+  (9.4-30.1 k) in one session, 0.77-0.95 ms at 13.5 (17.0 k) and 1.00 at 15
+  in a slower one; the quick collisions stride 0.31-0.91 ms at 13 Mbit/s,
+  up to 1.15 at 18; the quick failures run (ring all-reduces) 0.23-0.75 ms
+  at 12.5, all valid.
+* k=4 fat-tree, 80 ports: ``traffic.py`` 0.59 ms at 4.5 (9.7 k), 0.89 at 6,
+  1.48 at 7.5 (1.03-1.24 at 4.5 in the slower session); the quick stride
+  0.50-0.82 ms at 4.5, 0.64-2.34 at 6, with the machine only 0.60-0.77 busy:
+  the sweep, not the CPU, sets the limit.
+* 64-endpoint rail-clos, 192 ports: the quick stride 1.56-2.35 ms at 1.5
+  Mbit/s (limit 2.2 ms: invalid), 1.43-1.98 ms at 0.7 (limit 4.7 ms), 1.15-1.89
+  at 0.5.
+
+rail-clos's 16.4 k faithful packet-hops/s at 13 Mbit/s over the fat-tree's
+9.7 k at 4.5 is 1.69, its port ratio 1.67. ``BUDGET_PORT_PKT_HOPS`` keeps
+the fat-tree's default at 4.5 Mbit/s and gives rail-clos 12.5 (7.5 under the
+flat budget of 11 k before) and the 64-endpoint rail-clos 0.7 (1.5 before,
+invalid at full load).
+
+Two levers that would remove the sweep were measured; neither is usable as it stands:
+one ovs-vswitchd per switch (a second userspace daemon in one network
+namespace cannot open its datapath: its ``ovs-netdev`` tap is taken, EBUSY),
+and AF_XDP ports (no sweep, but OVS 3.1 drops frames over ~3.6 kB there, so
+roce could only use 2048-byte payloads, and shaping needs a bridge hop per
+link, see ``benchmarks/datapath.py``).
 
 The budget counts packets, not bits: roce's 4140-byte packets (4096 bytes of
 payload) at 8.5 Mbit/s per host, the same 10.7 k packet-hops/s as 1444-byte
@@ -69,7 +68,10 @@ from fabric.emulation.shaping import LINK_MTU
 from fabric.model import graph as fg
 from fabric.traffic.model import ROCE_MTUS, ROCE_PACKET_OVERHEAD, TCP_PACKET_BYTES
 
-USERSPACE_BUDGET_PKT_HOPS = 11_000.0
+# Full-size packet-hops/s x switch ports that userspace OVS forwards faithfully (module
+# docstring); a fabric with fewer ports than MIN_BUDGET_PORTS gets its share
+BUDGET_PORT_PKT_HOPS = 870_000.0
+MIN_BUDGET_PORTS = 48
 # Not measured here (no openvswitch module on these machines): a kernel
 # datapath forwards on every core; we allow ten times the userspace budget.
 KERNEL_BUDGET_FACTOR = 10.0
@@ -87,6 +89,7 @@ MAX_AUTO_HOST_MBPS = 20.0
 ROCE_RATE_HEADROOM = 0.9
 MIN_PACKET_BYTES = ROCE_MTUS[0] + ROCE_PACKET_OVERHEAD
 AUTO_RATE_STEP_MBPS = 0.5
+FINE_RATE_STEP_MBPS = 0.1  # below 1 Mbit/s (large fabrics), down to what HTB shapes
 
 
 class CapacityError(ValueError):
@@ -118,17 +121,17 @@ class RatePlan:
 
 
 def forwarding_budget(switch_ports: int, datapath: str) -> float:
-    """Full-size packet-hops per second the datapath forwards faithfully (up to 4 kB
-    packets cost the same, see module docstring)."""
-    del switch_ports  # flat in port count (module docstring)
-    return USERSPACE_BUDGET_PKT_HOPS * (KERNEL_BUDGET_FACTOR if datapath == "kernel" else 1.0)
+    """Full-size packet-hops per second the datapath forwards faithfully with
+    ``switch_ports`` ports (up to 4 kB packets cost the same, see module docstring)."""
+    user = BUDGET_PORT_PKT_HOPS / max(switch_ports, MIN_BUDGET_PORTS)
+    return user * (KERNEL_BUDGET_FACTOR if datapath == "kernel" else 1.0)
 
 
 def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
                    busy_links: int | None = None,
                    packet_bytes: int = TCP_PACKET_BYTES, headroom: float = 1.0) -> float:
-    """The largest host rate (0.5 Mbit/s steps, at most 20) whose full load fits
-    within ``headroom`` of the budget.
+    """The largest host rate (0.5 Mbit/s steps, 0.1 below 1 Mbit/s, at most 20) whose
+    full load fits within ``headroom`` of the budget.
 
     Parameters
     ----------
@@ -153,9 +156,10 @@ def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
     per_mbps = (_injected_bps(graph, 1.0, busy_links) / (packet_bytes * 8)
                 * mean_switch_hops(graph))
     fits = headroom * forwarding_budget(ports, datapath) / per_mbps
-    rate = min(MAX_AUTO_HOST_MBPS, int(fits / AUTO_RATE_STEP_MBPS) * AUTO_RATE_STEP_MBPS)
-    if rate < AUTO_RATE_STEP_MBPS:
-        raise CapacityError(f"even {AUTO_RATE_STEP_MBPS} Mbit/s per host link exceeds what "
+    step = AUTO_RATE_STEP_MBPS if fits >= 1.0 else FINE_RATE_STEP_MBPS
+    rate = min(MAX_AUTO_HOST_MBPS, round(int(fits / step) * step, 1))
+    if rate < FINE_RATE_STEP_MBPS:
+        raise CapacityError(f"even {FINE_RATE_STEP_MBPS} Mbit/s per host link exceeds what "
                             f"{datapath}space Open vSwitch forwards faithfully here; "
                             f"use a smaller fabric")
     return rate

@@ -41,10 +41,33 @@ def test_default_host_rate_is_the_highest_step_that_fits(spec):
 
 
 def test_default_rates_of_the_measured_fabrics():
-    # benchmarks/traffic.py: a sprayed permutation on rail-clos is faithful at
-    # 3 Mbit/s per host, marginal at 4.5 and fails at 6
-    assert 3.0 <= capacity.auto_host_mbps(topologies.build("rail-clos")) <= 4.0
-    assert 1.5 <= capacity.auto_host_mbps(topologies.build("fat-tree")) <= 3.0
+    # benchmarks/traffic.py and the quick experiments (capacity's docstring): roce's
+    # 4096-byte payloads are faithful on rail-clos (48 ports) at 12.5-13 Mbit/s, on the
+    # k=4 fat-tree (80) at 4.5 but not 6, on the 64-endpoint rail-clos (192) at 0.5 but
+    # not 1.5
+    def roce_rate(spec: str) -> float:
+        return capacity.auto_host_mbps(topologies.build(spec), packet_bytes=4140,
+                                       headroom=capacity.ROCE_RATE_HEADROOM)
+
+    assert roce_rate("rail-clos") == 12.5
+    assert roce_rate("fat-tree") == 4.5
+    assert 0.5 <= roce_rate("rail-clos,servers=16,gpus=4,servers_per_leaf=4,spines=4") < 1.5
+
+
+def test_the_budget_falls_with_the_switch_ports():
+    small, rail, fat, large = (capacity.forwarding_budget(p, "user") for p in (24, 48, 80, 192))
+    assert small == rail  # flat below the smallest calibrated fabric
+    assert rail / fat == pytest.approx(80 / 48)
+    assert rail / large == pytest.approx(192 / 48)
+
+
+def test_large_fabrics_get_rates_in_finer_steps():
+    graph = topologies.build("rail-clos,servers=16,gpus=4,servers_per_leaf=4,spines=4")
+    rate = capacity.auto_host_mbps(graph)
+    assert 0 < rate < 1 and rate == pytest.approx(round(rate, 1))
+    assert plan_rates(graph, rate).headroom >= 1
+    with pytest.raises(CapacityError):
+        plan_rates(graph, rate + capacity.FINE_RATE_STEP_MBPS)
 
 
 def test_fewer_busy_links_allow_a_higher_rate():
@@ -88,8 +111,8 @@ def _suggested(message: str) -> float:
     return float(match.group(1))
 
 
-def test_fat_tree_k8_too_big_at_20_mbps_and_suggestion_fits():
-    graph = topologies.build("fat-tree,k=8")
+def test_large_fabric_too_big_at_20_mbps_and_suggestion_fits():
+    graph = topologies.build("leaf-spine,leaves=8,spines=4,hosts_per_leaf=8")
     with pytest.raises(CapacityError) as info:
         plan_rates(graph, 20.0)
     fits = _suggested(str(info.value))
@@ -99,8 +122,8 @@ def test_fat_tree_k8_too_big_at_20_mbps_and_suggestion_fits():
     assert plan_rates(graph, fits * 0.99).headroom > 1
 
 
-@pytest.mark.parametrize("spec", ["fat-tree,k=6", "fat-tree,k=8",
-                                  "leaf-spine,leaves=16,spines=8,hosts_per_leaf=16",
+@pytest.mark.parametrize("spec", ["fat-tree,k=6",
+                                  "leaf-spine,leaves=8,spines=4,hosts_per_leaf=8",
                                   "rail-clos,servers=64,gpus=2,servers_per_leaf=16,spines=8",
                                   "two-zone,hosts_per_leaf=4,leaves=3,spines=4,"
                                   "interzone_links=4,storage=5"])
@@ -195,10 +218,6 @@ def test_kernel_budget_exceeds_user_budget(ports):
     user = capacity.forwarding_budget(ports, "user")
     kernel = capacity.forwarding_budget(ports, "kernel")
     assert kernel > user > 0
-
-
-def test_budget_is_flat_over_the_measured_port_counts():
-    assert capacity.forwarding_budget(48, "user") == capacity.forwarding_budget(640, "user")
 
 
 def test_kernel_datapath_plan_has_more_headroom():
