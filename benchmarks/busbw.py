@@ -76,7 +76,8 @@ def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
                                ranks, size, plan.host_mbps) if best else None)
     overhead = ideal.transport_overhead(transport.kind, transport.mtu_payload)
     bound = 1 / (overhead.data + overhead.ack)  # a link carries data and the peer's ACKs
-    failed = [c.name for c in result.fidelity if not c.ok]
+    failed = [f"{c.name} {c.value:.3g}, limit {c.threshold:g}" for c in result.fidelity
+              if not c.ok]
     verdict = ("ok" if not failed and result.complete
                else f"FAILED ({', '.join(failed) or 'incomplete'})")
     unit = "per flow" if size is None else "per rank"

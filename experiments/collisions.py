@@ -61,8 +61,9 @@ ENTROPY_PORTS = 256
 BUFFER_S = 6.0
 # Host rate of each pattern, as a share of the fabric's full-load rate. An
 # all-to-all keeps 15 queue pairs busy in every agent; their per-QP ACKs and
-# timers cost the agents enough CPU to starve OVS at the full rate (mean
-# input delay 0.8-2.2 ms at 2-3 Mbit/s on rail-clos, 0.4-0.5 ms at 1.5).
+# timers cost the agents more CPU than the machine has at the full rate
+# (benchmarks/busbw.py, sprayed, rail-clos at 12.5 Mbit/s: machine 0.96-0.99
+# busy, the agents' lost link time 10-13 %; valid at 9 and at 6.25).
 RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-all": 0.5}
 
 
