@@ -44,8 +44,8 @@ the fat-tree's default at 4.5 Mbit/s and gives rail-clos 12.5 (7.5 under the
 flat budget of 11 k before) and the 64-endpoint rail-clos 0.7 (1.5 before,
 invalid at full load).
 
-Two levers that would remove the sweep were measured; neither is usable as it stands:
-one ovs-vswitchd per switch (a second userspace daemon in one network
+Two levers that would remove the sweep were measured; neither is usable as
+it stands: one ovs-vswitchd per switch (a second userspace daemon in one network
 namespace cannot open its datapath: its ``ovs-netdev`` tap is taken, EBUSY),
 and AF_XDP ports (no sweep, but OVS 3.1 drops frames over ~3.6 kB there, so
 roce could only use 2048-byte payloads, and shaping needs a bridge hop per
@@ -73,7 +73,8 @@ from fabric.traffic.model import ROCE_MTUS, ROCE_PACKET_OVERHEAD, TCP_PACKET_BYT
 BUDGET_PORT_PKT_HOPS = 870_000.0
 MIN_BUDGET_PORTS = 48
 # Not measured here (no openvswitch module on these machines): a kernel
-# datapath forwards on every core; we allow ten times the userspace budget.
+# datapath forwards on every core; we allow ten times the userspace budget of the
+# smallest fabric, whatever the ports.
 KERNEL_BUDGET_FACTOR = 10.0
 MIN_SHAPED_MBPS = 0.1  # HTB's rate tables lose accuracy below ~100 kbit/s
 MAX_SHAPED_MBPS = 1000.0
@@ -123,8 +124,9 @@ class RatePlan:
 def forwarding_budget(switch_ports: int, datapath: str) -> float:
     """Full-size packet-hops per second the datapath forwards faithfully with
     ``switch_ports`` ports (up to 4 kB packets cost the same, see module docstring)."""
-    user = BUDGET_PORT_PKT_HOPS / max(switch_ports, MIN_BUDGET_PORTS)
-    return user * (KERNEL_BUDGET_FACTOR if datapath == "kernel" else 1.0)
+    if datapath == "kernel":  # forwards in softirq on every core: no sweep of the ports
+        return KERNEL_BUDGET_FACTOR * BUDGET_PORT_PKT_HOPS / MIN_BUDGET_PORTS
+    return BUDGET_PORT_PKT_HOPS / max(switch_ports, MIN_BUDGET_PORTS)
 
 
 def auto_host_mbps(graph: nx.Graph, datapath: str = "user",

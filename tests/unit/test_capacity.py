@@ -61,6 +61,11 @@ def test_the_budget_falls_with_the_switch_ports():
     assert rail / large == pytest.approx(192 / 48)
 
 
+def test_the_kernel_budget_does_not_fall_with_the_ports():
+    # the kernel datapath forwards in softirq: nothing sweeps the ports
+    assert capacity.forwarding_budget(48, "kernel") == capacity.forwarding_budget(640, "kernel")
+
+
 def test_large_fabrics_get_rates_in_finer_steps():
     graph = topologies.build("rail-clos,servers=16,gpus=4,servers_per_leaf=4,spines=4")
     rate = capacity.auto_host_mbps(graph)
