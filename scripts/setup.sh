@@ -14,19 +14,38 @@ APT_PACKAGES=(mininet openvswitch-switch iperf3 iperf ethtool iputils-ping tcpdu
 SYS_PYTHON=/usr/bin/python3
 VENV=.venv
 
+# tcmalloc serves ovs-vswitchd's allocations (fabric/emulation/ovs.py); Ubuntu 24.04 renamed
+# its package for the 64-bit time_t transition.
+TCMALLOC_PACKAGES=(libtcmalloc-minimal4 libtcmalloc-minimal4t64)
+
+installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]; }
+
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
-  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
-  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+  installed "$pkg" || missing+=("$pkg")
 done
-if ((${#missing[@]})); then
+need_tcmalloc=1
+for pkg in "${TCMALLOC_PACKAGES[@]}"; do
+  if installed "$pkg"; then need_tcmalloc=0; fi
+done
+if ((${#missing[@]} || need_tcmalloc)); then
   if [[ $EUID -ne 0 ]]; then
+    ((need_tcmalloc)) && missing+=("${TCMALLOC_PACKAGES[0]}")
     echo "setup: missing Debian packages ${missing[*]}; run as root (sudo) to install them" >&2
     exit 2
   fi
-  echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >/dev/null
+  if ((need_tcmalloc)); then
+    for pkg in "${TCMALLOC_PACKAGES[@]}"; do
+      policy=$(apt-cache policy "$pkg" 2>/dev/null || true)  # no pipe: grep -q + pipefail
+      if [[ "$policy" == *"Candidate: "[0-9]* ]]; then
+        missing+=("$pkg")
+        break
+      fi
+    done
+  fi
+  echo "setup: installing ${missing[*]}"
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 

@@ -27,9 +27,16 @@ forwarding thread, ``benchmarks/ovs_loop.py``): a freshly started daemon spent
 runs read 4-5 ms of input delay, until glibc's adaptive threshold happened to
 move (why the first bring-up after a restart was often slow and later ones
 not). So the daemon starts with trimming off (:data:`VSWITCHD_ENV`). glibc's
-malloc and free still take ~30 % of the thread; tcmalloc (~8 %) and jemalloc
-(~30 %) were tried and left out, tcmalloc moving neither the thread's CPU nor
-the input delay measurably.
+malloc and free still took ~28 % of the thread (``perf``, the k=4 fat-tree at
+4.5 Mbit/s: ``_int_malloc`` 12 %, ``_int_free`` 6.5 %, ``unlink_chunk`` 3.6 %),
+so the daemon preloads tcmalloc when it is installed (``scripts/setup.sh``
+installs it): each of its buffers then comes from a per-size free list. On
+rail-clos (48 ports) that moved neither the thread's CPU nor the input delay
+measurably; where the sweep is longer it does: ``benchmarks/traffic.py
+fat-tree`` at 6 and 7.5 Mbit/s, three interleaved pairs, 0.50 / 0.57, 0.56 /
+0.78 and 1.28 / 1.22 ms with tcmalloc against 0.86 / 0.66, 1.02 / 2.47 and
+1.59 / 1.26 ms without (every pair in its favour). jemalloc (~30 % of the
+thread) was tried and left out.
 
 The kernel's real-time throttling (``kernel.sched_rt_runtime_us``, 950 ms
 of every second by default) stopped the thread for the rest of any second
@@ -71,9 +78,26 @@ WMEM_DEFAULT_BYTES = 4 * 1024 * 1024
 FORWARDING_RT_PRIORITY = 10  # SCHED_FIFO, below the kernel's own real-time threads (50, 99)
 RT_RUNTIME_SYSCTL = "kernel.sched_rt_runtime_us"  # -1: real-time threads are not throttled
 RUN_TAG = "fabric-run"  # external_ids key naming the run that made a bridge
-# ovs-vswitchd's environment: glibc keeps the top of its heap however much of it is
-# free, up to 256 MiB (see the module docstring)
-VSWITCHD_ENV = {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456"}
+TCMALLOC = "libtcmalloc_minimal.so.4"
+
+
+def _library(name: str) -> Path | None:
+    """Where the shared library ``name`` is installed (multiarch directories first)."""
+    found = sorted(Path("/usr/lib").glob(f"*/{name}")) + [Path("/usr/lib") / name]
+    return next((path for path in found if path.exists()), None)
+
+
+def vswitchd_env(tcmalloc: Path | None) -> dict[str, str]:
+    """ovs-vswitchd's environment: glibc keeps the top of its heap however much of it
+    is free, up to 256 MiB, and tcmalloc, when installed, serves its allocations
+    (see the module docstring)."""
+    env = {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456"}
+    if tcmalloc is not None:
+        env["LD_PRELOAD"] = str(tcmalloc)
+    return env
+
+
+VSWITCHD_ENV = vswitchd_env(_library(TCMALLOC))
 
 
 def kernel_datapath_available() -> bool:
@@ -213,6 +237,10 @@ def ensure_running(datapath: str) -> list[str]:
         return warnings
     if vswitchd is not None:
         system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
+    if "LD_PRELOAD" not in VSWITCHD_ENV:
+        warnings.append(f"{TCMALLOC} is not installed (scripts/setup.sh installs it): "
+                        f"ovs-vswitchd allocates its receive buffers with glibc, and packets "
+                        f"wait longer in its sockets on fabrics with many ports")
     return warnings + prioritize_forwarding(_start_vswitchd_with_wmem())
 
 

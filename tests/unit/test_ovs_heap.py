@@ -1,11 +1,12 @@
-"""ovs-vswitchd starts with glibc's heap trimming off, and one that did not is restarted
-(pure code: the daemon's start is faked)."""
+"""ovs-vswitchd starts with glibc's heap trimming off and tcmalloc preloaded, and one
+that did not is restarted (pure code: the daemon's start is faked)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,12 +38,22 @@ def test_glibc_reads_the_tunable() -> None:
     assert f"{name}: {hex(int(value))} " in proc.stdout
 
 
+def test_tcmalloc_is_preloaded_only_when_installed(tmp_path) -> None:
+    library = tmp_path / ovs.TCMALLOC
+    assert ovs.vswitchd_env(library)["LD_PRELOAD"] == str(library)
+    assert "LD_PRELOAD" not in ovs.vswitchd_env(None)
+    for env in (ovs.vswitchd_env(library), ovs.vswitchd_env(None)):
+        assert env["GLIBC_TUNABLES"] == ovs.VSWITCHD_ENV["GLIBC_TUNABLES"]
+
+
 class FakeDaemons:
     """ovs-vswitchd as ensure_running sees it: our pid, its environment, its restart."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, env_ok: bool, bridges: list[str]
-                 ) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, env_ok: bool, bridges: list[str],
+                 tcmalloc: bool = True) -> None:
         self.started = self.stopped = 0
+        monkeypatch.setattr(ovs, "VSWITCHD_ENV", ovs.vswitchd_env(
+            Path("/usr/lib") / ovs.TCMALLOC if tcmalloc else None))
         monkeypatch.setattr(ovs, "_daemon_pid", lambda name: 4242)
         monkeypatch.setattr(ovs, "_marker_pid", lambda: 4242)
         monkeypatch.setattr(ovs, "started_with",
@@ -73,3 +84,10 @@ def test_a_daemon_with_bridges_is_left_running_with_a_warning(monkeypatch) -> No
     warnings = ovs.ensure_running("user")
     assert len(warnings) == 1 and "heap trimming" in warnings[0]
     assert (daemons.stopped, daemons.started) == (0, 0)
+
+
+def test_a_daemon_started_without_tcmalloc_says_so(monkeypatch) -> None:
+    daemons = FakeDaemons(monkeypatch, env_ok=False, bridges=[], tcmalloc=False)
+    warnings = ovs.ensure_running("user")
+    assert len(warnings) == 1 and ovs.TCMALLOC in warnings[0]
+    assert (daemons.stopped, daemons.started) == (1, 1)
