@@ -38,6 +38,7 @@ from fabric.analysis.report import ideal_spans
 from fabric.argtypes import integer, positive_number
 from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions, capacity
+from fabric.emulation.machine_speed import default_host_mbps
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.traffic import collectives, ideal
 from fabric.traffic.model import CONGESTION_CONTROLS, TransportSpec
@@ -143,7 +144,7 @@ def main() -> None:
     transport = TransportSpec("roce", cc=args.cc,
                               entropy="flow" if args.policy == "ecmp" else args.spray_entropy,
                               entropy_ports=args.entropy_ports)
-    rate = args.host_mbps or capacity.auto_host_mbps(
+    rate = args.host_mbps or default_host_mbps(
         graph, packet_bytes=transport.packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
     workdir = Path(tempfile.mkdtemp(prefix="fabric-busbw-"))
     with Emulation(graph, EmulationOptions(policy=args.policy, host_mbps=rate,

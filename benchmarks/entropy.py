@@ -34,6 +34,7 @@ from experiments.common import fidelity_of, idle_check, traffic_run
 from fabric.analysis.report import ideal_spans
 from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions, capacity
+from fabric.emulation.machine_speed import default_host_mbps
 from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, TransportSpec
 
 
@@ -63,7 +64,7 @@ def main() -> None:
     except ValueError as exc:
         parser.error(f"--spec: {exc}")
     packet_bytes = next(iter(transports.values())).packet_bytes
-    rate = capacity.auto_host_mbps(graph, packet_bytes=packet_bytes,
+    rate = default_host_mbps(graph, packet_bytes=packet_bytes,
                                    headroom=capacity.ROCE_RATE_HEADROOM)  # as collisions
     workdir = Path(tempfile.mkdtemp(prefix="fabric-entropy-"))
     with Emulation(graph, EmulationOptions(policy="spray", host_mbps=rate,

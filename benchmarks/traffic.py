@@ -12,7 +12,9 @@ Prints, per fabric:
   drops, machine CPU), the agents' CPU per flow and how late their event
   loops woke for their timers (a loop that waits for a core wakes late). Rates beyond the
   forwarding budget of ``fabric/emulation/capacity.py`` are run too (marked): this
-  is how that budget is calibrated.
+  is how that budget is calibrated. Each rate's line starts with the machine speed
+  probe read just before it (``fabric/emulation/machine_speed.py``): a
+  calibration holds for the probe reading it was made at.
 
 Usage::
 
@@ -32,6 +34,7 @@ from fabric.agent.runner import per_process
 from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.capacity import CapacityError
+from fabric.emulation.machine_speed import probe_round_us, speed_factor
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.model import graph as fg
 from fabric.traffic.metrics import jain_fairness
@@ -73,6 +76,7 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
                  for i, h in enumerate(hosts)]
     transport = TransportSpec(kind, entropy="packet" if kind == "roce" else "flow",
                               rate_mbps=rate, mtu_payload=roce_mtu)
+    round_us = probe_round_us()  # before the bring-up: the machine is idle
     try:
         emu = Emulation(graph, EmulationOptions(policy="spray", host_mbps=rate,
                                                 enforce_budget=False,
@@ -107,6 +111,7 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
                else f"FAILED ({', '.join(failed) or 'errors'})")
     if incomplete:
         verdict += f" ({incomplete} of {len(rows)} flows did not finish)"
+    print(f"  [probe {round_us:.2f} us, machine speed {speed_factor(round_us):.2f}]")
     print(f"  {rate:5g} Mbit/s{beyond} x {len(rows)} flows of {transport.packet_bytes}-byte "
           f"packets ({plan.demand_pkt_hops / 1e3:.1f} k packet-hops/s at full load): "
           f"sum of flow goodputs {flows:6.1f} Mbit/s "

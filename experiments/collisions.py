@@ -27,6 +27,7 @@ from fabric.analysis import plotstyle, results
 from fabric.analysis.report import flow_collisions
 from fabric.analysis.report import ideal_spans as report_ideal
 from fabric.emulation import Emulation, capacity
+from fabric.emulation.machine_speed import default_host_mbps
 from fabric.model import graph as fg
 from fabric.traffic import collectives, synthetic
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
@@ -246,7 +247,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     log, link_rows = RunLog(attempts=ctx.attempts), []
     for spec in topos:
         graph = topologies.build(spec)
-        base_mbps = ctx.host_mbps or capacity.auto_host_mbps(
+        base_mbps = ctx.host_mbps or default_host_mbps(
             graph, packet_bytes=ctx.roce().packet_bytes,
             headroom=capacity.ROCE_RATE_HEADROOM)
         for policy in policies:

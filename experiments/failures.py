@@ -53,6 +53,7 @@ from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_floa
                                 run_schedules, transport_losses)
 from fabric.analysis import plotstyle, results
 from fabric.emulation import Emulation, capacity
+from fabric.emulation.machine_speed import default_host_mbps
 from fabric.model import graph as fg
 from fabric.traffic import collectives, ideal
 from fabric.traffic.model import Plan, ScheduleError, Transfer
@@ -430,7 +431,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     graph = topologies.build(spec)
     seeds = _seeds(ctx)
     packet_bytes = ctx.roce().packet_bytes
-    host_mbps = ctx.host_mbps or capacity.auto_host_mbps(
+    host_mbps = ctx.host_mbps or default_host_mbps(
         graph, packet_bytes=packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
     progress = Progress(len(POLICIES) * len(seeds) * len(SCENARIOS), NAME)
     log, timeline_rows = RunLog(attempts=ctx.attempts), []

@@ -45,7 +45,8 @@ import topologies
 from experiments.common import (Progress, RunContext, RunLog, Scheduled, against_ideal, as_float,
                                 ideal_rows, load_run, run_schedules)
 from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation, capacity, ovs
+from fabric.emulation import Emulation, ovs
+from fabric.emulation.machine_speed import default_host_mbps
 from fabric.model import graph as fg
 from fabric.model.spec import parse_spec
 from fabric.traffic import collectives
@@ -122,7 +123,7 @@ def uplink_frac(graph: nx.Graph) -> float:
 
 def common_host_mbps(graphs: list[nx.Graph], datapath: str = "user") -> float:
     """The host rate both fabrics can run: the smaller of their automatic rates."""
-    return min(capacity.auto_host_mbps(g, datapath) for g in graphs)
+    return min(default_host_mbps(g, datapath) for g in graphs)
 
 
 def oversubscription(graph: nx.Graph) -> int | float:

@@ -47,7 +47,8 @@ import topologies
 from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
                                 run_schedules, truthy)
 from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation, capacity
+from fabric.emulation import Emulation
+from fabric.emulation.machine_speed import default_host_mbps
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
 from fabric.traffic import collectives, metrics
@@ -356,7 +357,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     links = storage_links(graph, who)
     sizes = clients_of(mode, who)
     transport = TransportSpec("tcp")
-    expected = ctx.host_mbps or capacity.auto_host_mbps(graph, "user")
+    expected = ctx.host_mbps or default_host_mbps(graph, "user")
     estimate = estimate_s(mode, len(seeds), who, expected)
     total = len(seeds) * (len(CONDITIONS) + len(SOURCES) * len(sizes))
     progress = Progress(total, NAME)

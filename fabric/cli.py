@@ -130,7 +130,9 @@ def bring_up_text(report: Any) -> str:
              f"({plan.scale_mbps_per_gbps * 1000:.3g} Mbit/s emulated per physical Tbit/s); "
              f"full-load forwarding headroom x{plan.headroom:.2f} "
              f"({plan.demand_pkt_hops / 1e3:.0f} of {plan.budget_pkt_hops / 1e3:.0f} k "
-             f"packet-hops/s, {plan.switch_ports} switch ports)",
+             f"packet-hops/s, {plan.switch_ports} switch ports"
+             + (f"; this machine runs at {plan.speed:.2f} of the speed the budget was "
+                f"measured at)" if plan.speed < 1 else ")"),
              f"bring-up: {report.total_s:.2f} s ({phases})"]
     lines += [f"fidelity warning: {w}" for w in report.warnings]
     return "\n".join(lines)
@@ -229,6 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from experiments.common import RunContext
     from fabric.analysis import results
     from fabric.emulation import system
+    from fabric.emulation.machine_speed import machine_speed
 
     if args.topo:
         _build_graph(args.topo, "--topo")  # a bad spec fails here, before anything changes
@@ -256,6 +259,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.pcap is not None:
         ctx.capture = _run_capture(args, ctx, module.fabric_specs(ctx))
     system.preflight()  # not root or tools missing: say so before making the run directory
+    try:
+        speed = machine_speed()  # before anything runs: the probe wants an idle machine
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     made = not ctx.run_dir.exists()
     run_dir = results.new_run_dir(ctx.run_dir)
     try:
@@ -267,7 +274,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     pcap = ({"pcap": {"dir": str(args.pcap), "at": args.pcap_at or "first endpoint",
                       "packets_per_file": args.pcap_packets}} if ctx.capture else {})
     results.write_manifest(run_dir, args.name, {**outcome["parameters"], "quick": args.quick,
-                                                "started": ctx.started, **pcap},
+                                                "started": ctx.started,
+                                                "machine_speed": speed.as_dict(), **pcap},
                            outcome["seeds"], outcome["fidelity"])
     figures = module.plot(run_dir)
     print(format_table(args.name, outcome))
@@ -278,6 +286,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if "cc" in parameters:
         print(f"transport: roce, {parameters['cc']} congestion control, "
               f"{parameters['roce_mtu']}-byte payloads (RoCE path MTU)")
+    if speed.factor < 1 and not args.host_mbps:
+        print(f"machine: running at {speed.factor:.2f} of the speed the forwarding budget "
+              f"was measured at ({speed.describe()}), so the default rates are that share "
+              f"of the measured ones")
     if ctx.capture:
         print(f"pcap: {sum(1 for _ in args.pcap.rglob('*.pcap'))} files in {args.pcap}")
     print(f"results: {run_dir}  (figures: {', '.join(p.name for p in figures if p.suffix == '.png')})")

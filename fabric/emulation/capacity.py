@@ -54,6 +54,12 @@ and AF_XDP ports (no sweep, but OVS 3.1 drops frames over ~3.6 kB there, so
 roce could only use 2048-byte payloads, and shaping needs a bridge hop per
 link, see ``benchmarks/datapath.py``).
 
+All these were measured with the machine at full speed. A machine that runs slower
+now (a shared host's busy hour: the same rail-clos stride was unfaithful at 12.5
+Mbit/s and valid at 8) gets a share of the budget: callers pass ``speed`` from
+:func:`fabric.emulation.machine_speed.machine_speed`, which times a small probe.
+This module stays pure: it only multiplies.
+
 The budget counts packets, not bits: roce's 4140-byte packets (4096 bytes of
 payload) at 8.5 Mbit/s per host, the same 10.7 k packet-hops/s as 1444-byte
 ones at 3, kept OVS's input delay at 0.54-0.68 ms (1444 bytes: 0.52-0.60) with
@@ -112,6 +118,7 @@ class RatePlan:
     datapath: str
     host_mbps: float
     packet_bytes: int = TCP_PACKET_BYTES
+    speed: float = 1.0  # the machine's speed factor the default rate was planned with
 
     @property
     def packet_s(self) -> float:
@@ -123,18 +130,28 @@ class RatePlan:
         """Budget over full-load demand; above 1 means the fabric fits."""
         return self.budget_pkt_hops / self.demand_pkt_hops if self.demand_pkt_hops else float("inf")
 
+    @property
+    def machine_headroom(self) -> float:
+        """The headroom on this machine as it runs now (the budget times ``speed``)."""
+        return self.headroom * self.speed
 
-def forwarding_budget(switch_ports: int, datapath: str) -> float:
+
+def forwarding_budget(switch_ports: int, datapath: str, speed: float = 1.0) -> float:
     """Full-size packet-hops per second the datapath forwards faithfully with
-    ``switch_ports`` ports (up to 4 kB packets cost the same, see module docstring)."""
+    ``switch_ports`` ports (up to 4 kB packets cost the same, see module docstring) on a
+    machine running at ``speed`` of the one it was measured on
+    (:mod:`fabric.emulation.machine_speed`)."""
+    if not 0 < speed <= 1:
+        raise ValueError(f"speed must be in (0, 1], got {speed}")
     if datapath == "kernel":  # forwards in softirq on every core: no sweep of the ports
-        return KERNEL_BUDGET_FACTOR * BUDGET_PORT_PKT_HOPS / MIN_BUDGET_PORTS
-    return BUDGET_PORT_PKT_HOPS / max(switch_ports, MIN_BUDGET_PORTS)
+        return speed * KERNEL_BUDGET_FACTOR * BUDGET_PORT_PKT_HOPS / MIN_BUDGET_PORTS
+    return speed * BUDGET_PORT_PKT_HOPS / max(switch_ports, MIN_BUDGET_PORTS)
 
 
 def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
                    busy_links: int | None = None,
-                   packet_bytes: int = TCP_PACKET_BYTES, headroom: float = 1.0) -> float:
+                   packet_bytes: int = TCP_PACKET_BYTES, headroom: float = 1.0,
+                   speed: float = 1.0) -> float:
     """The largest host rate (0.5 Mbit/s steps, 0.1 below 1 Mbit/s, at most 20) whose
     full load fits within ``headroom`` of the budget.
 
@@ -151,6 +168,10 @@ def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
         IP bytes of the workload's full-size packets: the budget counts packets.
     headroom : float
         Share of the budget to fill (``ROCE_RATE_HEADROOM`` for roce workloads).
+    speed : float
+        This machine's speed factor (:func:`fabric.emulation.machine_speed.machine_speed`):
+        a machine running slower now than the one the budget was measured on gets
+        that share of it.
 
     Raises
     ------
@@ -160,7 +181,7 @@ def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
     ports = sum(graph.degree(sw) for sw in fg.switches(graph))
     per_mbps = (_injected_bps(graph, 1.0, busy_links) / (packet_bytes * 8)
                 * mean_switch_hops(graph))
-    fits = headroom * forwarding_budget(ports, datapath) / per_mbps
+    fits = headroom * forwarding_budget(ports, datapath, speed) / per_mbps
     step = AUTO_RATE_STEP_MBPS if fits >= 1.0 else FINE_RATE_STEP_MBPS
     rate = min(MAX_AUTO_HOST_MBPS, round(int(fits / step) * step, 1))
     if rate < FINE_RATE_STEP_MBPS:
@@ -198,7 +219,7 @@ def scale_for_host_rate(graph: nx.Graph, host_mbps: float) -> float:
 
 def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = "user",
                busy_links: int | None = None, enforce_budget: bool = True,
-               packet_bytes: int = TCP_PACKET_BYTES) -> RatePlan:
+               packet_bytes: int = TCP_PACKET_BYTES, speed: float = 1.0) -> RatePlan:
     """Scale every link and check the fabric fits this machine.
 
     Parameters
@@ -207,7 +228,7 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
         The fabric graph with physical rates.
     host_mbps : float, optional
         Emulated rate of the fastest endpoint link; all links scale alike.
-        None picks :func:`auto_host_mbps`.
+        None picks :func:`auto_host_mbps` at ``speed``.
     datapath : {"user", "kernel"}
         The Open vSwitch datapath that will forward.
     busy_links : int, optional
@@ -219,6 +240,11 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
     packet_bytes : int
         IP bytes of the workload's full-size packets (1500 for TCP, the RoCE
         path MTU plus 44 for roce): the budget counts packets, not bits.
+    speed : float
+        This machine's speed factor: it scales the default rate, and the plan
+        keeps it (:attr:`RatePlan.machine_headroom`). A rate given explicitly is
+        checked against the whole budget, so that a command line means the same
+        on every machine; the caller warns where the machine runs too slowly for it.
 
     Raises
     ------
@@ -231,7 +257,7 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
         raise CapacityError(f"full-size packets must have {MIN_PACKET_BYTES}..{LINK_MTU} "
                             f"bytes, got {packet_bytes}")
     if host_mbps is None:
-        host_mbps = auto_host_mbps(graph, datapath, busy_links, packet_bytes)
+        host_mbps = auto_host_mbps(graph, datapath, busy_links, packet_bytes, speed=speed)
     if busy_links is not None and busy_links < 1:
         raise CapacityError(f"busy_links must be at least 1, got {busy_links}")
     if not host_mbps > 0:
@@ -264,4 +290,5 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
             f"packet-hops/s at {'full' if busy_links is None else f'{busy_links}-link'} load, but {datapath}space Open vSwitch forwards about "
             f"{budget / 1e3:.0f} k with {ports} ports here; use a host rate of at most "
             f"{fits:.1f} Mbit/s or a smaller fabric")
-    return RatePlan(scale, links, demand, budget, ports, datapath, host_mbps, packet_bytes)
+    return RatePlan(scale, links, demand, budget, ports, datapath, host_mbps, packet_bytes,
+                    speed)

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Iterator
 import networkx as nx
 
 from fabric.emulation import capacity, ecn, hostconfig, mnclasses, ovs, runstate, shaping, system
+from fabric.emulation.machine_speed import machine_speed
 from fabric.emulation.ecn import EcnMarking
 from fabric.model import graph as fg
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
@@ -285,9 +286,20 @@ class Emulation:
     def _check_before_changes(self) -> None:
         datapath = ovs.choose_datapath(self.options.datapath)
         self.report.datapath = datapath
-        self.report.rate_plan = capacity.plan_rates(
+        try:
+            speed = machine_speed()
+        except ValueError as exc:
+            raise EmulationError(str(exc)) from None
+        plan = capacity.plan_rates(
             self.graph, self.options.host_mbps, datapath, self.options.busy_links,
-            self.options.enforce_budget, self.options.packet_bytes)
+            self.options.enforce_budget, self.options.packet_bytes, speed.factor)
+        self.report.rate_plan = plan
+        if self.options.enforce_budget and plan.machine_headroom < 1:
+            self.report.warnings.append(
+                f"{plan.host_mbps:g} Mbit/s per host fits the forwarding budget, but this "
+                f"machine runs at {speed.factor:.2f} of the speed it was measured at "
+                f"({speed.describe()}): the fidelity checks may fail above about "
+                f"{int(plan.host_mbps * plan.machine_headroom * 10) / 10:g} Mbit/s")
         system.preflight()
         if self.options.ecn:
             # built now: a missing compiler must fail before anything changes

@@ -271,3 +271,29 @@ def test_a_headroom_leaves_that_share_of_the_budget_spare(spec):
     # the largest such step: half a Mbit/s more would not fit within the headroom
     more = plan_rates(graph, spare + capacity.AUTO_RATE_STEP_MBPS, packet_bytes=4140)
     assert more.demand_pkt_hops > capacity.ROCE_RATE_HEADROOM * more.budget_pkt_hops
+
+
+def test_a_slower_machine_gets_its_share_of_the_budget():
+    graph = topologies.build("rail-clos")
+    full = capacity.forwarding_budget(48, "user")
+    assert capacity.forwarding_budget(48, "user", 0.5) == pytest.approx(full / 2)
+    assert capacity.forwarding_budget(48, "kernel", 0.5) == pytest.approx(
+        capacity.forwarding_budget(48, "kernel") / 2)
+    roce = dict(packet_bytes=4140, headroom=capacity.ROCE_RATE_HEADROOM)
+    assert capacity.auto_host_mbps(graph, **roce) == 12.5
+    assert capacity.auto_host_mbps(graph, **roce, speed=0.65) == 8.0  # 12.5 x 0.65 = 8.1
+    with pytest.raises(ValueError, match="speed"):
+        capacity.forwarding_budget(48, "user", 0.0)
+    with pytest.raises(ValueError, match="speed"):
+        capacity.forwarding_budget(48, "user", 1.5)
+
+
+def test_an_explicit_rate_is_checked_against_the_whole_budget_whatever_the_speed():
+    graph = topologies.build("rail-clos")
+    top = capacity.auto_host_mbps(graph)
+    plan = plan_rates(graph, top, speed=0.5)  # a command line means the same everywhere
+    assert plan.speed == 0.5
+    assert plan.machine_headroom == pytest.approx(plan.headroom / 2) and plan.machine_headroom < 1
+    slow_default = plan_rates(graph, speed=0.5)
+    assert slow_default.host_mbps == capacity.auto_host_mbps(graph, speed=0.5) < top
+    assert slow_default.machine_headroom >= 1

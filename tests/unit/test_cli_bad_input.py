@@ -223,3 +223,20 @@ def test_bad_input_is_one_line_and_changes_nothing(argv, names, case_dir):
     assert names in lines[0], lines[0]
     assert not system_state.differences(before, after)
     assert _listing(case_dir) == files
+
+
+@pytest.mark.parametrize("argv", [["run", "collisions", "--quick", "--out", "{d}/r"], ["up"]],
+                         ids=["run", "up"])
+def test_a_bad_machine_speed_in_the_environment_is_one_line_and_changes_nothing(
+        argv, case_dir, monkeypatch):
+    monkeypatch.setenv("FABRIC_MACHINE_SPEED", "fast")
+    argv = [a.replace("{d}", str(case_dir)) for a in argv]
+    files = _listing(case_dir)
+    before = system_state.snapshot()
+    proc = subprocess.run([sys.executable, "-m", "fabric.cli", *argv], cwd=case_dir,
+                          capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and "FABRIC_MACHINE_SPEED" in lines[0], proc.stderr
+    assert not system_state.differences(before, system_state.snapshot())
+    assert _listing(case_dir) == files

@@ -16,7 +16,7 @@ from experiments import EXPERIMENTS, common, placement, zones
 from experiments.common import RunContext
 from fabric.analysis import results
 from fabric.cli import format_table
-from fabric.emulation import fidelity
+from fabric.emulation import capacity, fidelity
 from fabric.model import graph as fg
 from fabric.traffic.model import Plan, validate_schedule
 from tests import fake_emulation
@@ -156,7 +156,7 @@ def test_uplink_share_and_common_host_rate(rgraphs):
     assert placement.uplink_frac(flat) == 1.0 and placement.uplink_frac(over) == 0.5
     assert placement.oversubscription(flat) == 1 and placement.oversubscription(over) == 2
     rate = placement.common_host_mbps(rgraphs)
-    assert rate > 0 and rate == min(placement.capacity.auto_host_mbps(g) for g in rgraphs)
+    assert rate > 0 and rate == min(capacity.auto_host_mbps(g) for g in rgraphs)
 
 
 def test_placement_schedules_validate(rgraphs):
