@@ -11,6 +11,11 @@ the unit of ``experiments/collisions.py``'s ``BUFFER_S``), on one bring-up:
   bandwidth bound (headers and ACKs, no latency);
 * the time the run took beyond that bound, per dependent step for the ring, in
   milliseconds and in packet times;
+* for collectives, where a step's time goes (medians over all transfers, in ms and
+  packet times): the last packet's arrival beyond a line-rate transfer of the
+  step's packets from its first (queueing and spraying's uneven split), the
+  return of the last ACK (the sender's step ends only then, and the next one
+  waits for it), and the agent's start after both were done;
 * the fidelity verdict of the run.
 
 The one-flow patterns of ``collisions`` (stride, permutation) run the same way:
@@ -27,6 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -101,6 +107,35 @@ def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
           + (f", {per_step * 1e3:.1f} ms = {per_step / plan.packet_s:.1f} packet times per "
              f"step" if steps > 1 else "")
           + f"; fidelity {verdict}")
+    print("        " + step_breakdown(rows, transfers, plan.packet_s, transport.mtu_payload))
+
+
+def step_breakdown(rows: list[dict[str, Any]], transfers: list[Any], packet_s: float,
+                   payload: int) -> str:
+    """Medians over the transfers of what a step adds to a line-rate transfer."""
+    by_id = {r["id"]: r for r in rows}
+    done = [r for r in rows if None not in (r.get("recv_start"), r.get("recv_end"),
+                                            r.get("send_end"), r.get("send_start"))]
+    if not done:
+        return "step breakdown: no complete transfer"
+    spread = [r["recv_end"] - r["recv_start"] - (-(-r["bytes"] // payload) - 1) * packet_s
+              for r in done]
+    ack = [r["send_end"] - r["recv_end"] for r in done]
+    lag = []
+    for t in transfers:
+        deps = [by_id[a] for a in t.after]
+        times = [d["recv_end"] if d["dst"] == t.src else d["send_end"] for d in deps]
+        if deps and None not in times and by_id[t.id].get("send_start") is not None:
+            lag.append(by_id[t.id]["send_start"] - max(times))
+
+    def text(name: str, values: list[float]) -> str:
+        median = statistics.median(values)
+        return f"{name} {median * 1e3:.1f} ms ({median / packet_s:.1f})"
+
+    parts = [text("arrivals beyond line rate", spread), text("last ACK back", ack)]
+    if lag:
+        parts.append(text("start after the step's inputs", lag))
+    return "per transfer, median ms (packet times): " + ", ".join(parts)
 
 
 def uplink_spread(graph: Any, result: Any) -> str:
