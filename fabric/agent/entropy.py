@@ -26,15 +26,23 @@ class EntropyChoice:
         Index of the first port in turn (where the pool's last user stopped).
     recycle : bool
         Reuse echoed ports first.
+    index_of : dict, optional
+        ``port -> index`` of ``ports``, when the caller keeps one for a pool of
+        sockets its senders share (a sprayed sender has hundreds of ports).
     """
 
     __slots__ = ("count", "rot", "recycled", "index_of", "reused")
 
-    def __init__(self, ports: list[int], start: int = 0, recycle: bool = False) -> None:
+    def __init__(self, ports: list[int], start: int = 0, recycle: bool = False,
+                 index_of: dict[int, int] | None = None) -> None:
         self.count = len(ports)
         self.rot = start % self.count if self.count else 0
         self.recycled: deque[int] | None = deque(maxlen=self.count) if recycle else None
-        self.index_of = {port: i for i, port in enumerate(ports)} if recycle else {}
+        if not recycle:
+            index_of = {}
+        elif index_of is None:
+            index_of = {port: i for i, port in enumerate(ports)}
+        self.index_of = index_of
         self.reused = 0  # packets sent on an echoed port
 
     @property

@@ -266,6 +266,9 @@ class RoceEngine(Engine):
         # spray them all over the same few ports, hence the same few paths
         self.pools: dict[tuple, list[socket.socket]] = {}
         self._pool_next: dict[int, int] = {}
+        # id(pool) -> its ports and their indices, taken once: every transfer of a
+        # collective step would otherwise ask the kernel for hundreds of socket names
+        self._pool_ports: dict[int, tuple[list[int], dict[int, int]]] = {}
         # (src, dst, dscp, channel) -> congestion state a finished transfer leaves
         self._connections: dict[tuple, tuple] = {}
         # qpn -> (arrival, send) wall-clock pairs of newly delivered packets, flattened
@@ -401,9 +404,15 @@ class RoceEngine(Engine):
         if kept:
             qp.cwnd, qp.srtt, qp.rttvar, qp.rto = kept[1:]
         pacer = self._pacer(record.src_ip, now)
-        ports = [sock.getsockname()[1] for sock in sockets]
+        known = self._pool_ports.get(id(sockets))
+        if known is None:
+            ports = [sock.getsockname()[1] for sock in sockets]
+            known = ports, {port: i for i, port in enumerate(ports)}
+            if sockets in self.pools.values():
+                self._pool_ports[id(sockets)] = known
+        ports = known[0]
         entropy = EntropyChoice(ports, self._pool_next.get(id(sockets), 0),
-                                recycle=self.spec.entropy == "recycle")
+                                recycle=self.spec.entropy == "recycle", index_of=known[1])
         sender = _Sender(record, qp, sockets, pacer, entropy)
         self.senders[record.qpn] = sender
         self._active[record.qpn] = sender
