@@ -134,14 +134,19 @@ class EventLoop:
                     return
 
     def close(self) -> None:
-        """Close every socket still registered, then the selector."""
-        for key in list(self.selector.get_map().values()):
-            self.unregister(key.fileobj)  # type: ignore[arg-type]
+        """Close the selector, then every socket that was registered on it.
+
+        In that order, closing the epoll set drops all registrations at once,
+        where unregistering thousands of sockets (a sprayed all-to-all's) one
+        system call each cost as much as closing them.
+        """
+        keys = list(self.selector.get_map().values())
+        self.selector.close()
+        for key in keys:
             try:
                 key.fileobj.close()  # type: ignore[union-attr]
             except OSError:
                 pass
-        self.selector.close()
 
 
 def lateness_summary(late_s: list[float]) -> dict[str, float]:

@@ -108,6 +108,7 @@ class Agent:
         self._netstat_before: dict[str, int] = {}
         self._netstat: dict[str, int] = {}
         self._cpu0 = 0.0  # process CPU time when the traffic starts (after the gate)
+        self._cpu_end: float | None = None  # ... and when it ended, before the teardown
         self._setup_cpu = 0.0  # process CPU time spent before it
         self.process_hosts = 1  # agents in this process (they share cpu_s and the loop)
 
@@ -184,14 +185,19 @@ class Agent:
             self.done = True
 
     def finish(self) -> None:
-        """Take the counters into the records and close the agent's sockets."""
+        """Take the counters into the records (then :meth:`close`)."""
         for engine in self.engines:
             engine.snapshot()
-            engine.close()
         if self._netstat_before:
             self._netstat = netstat.delta(self._netstat_before,
                                           netstat.read_counters(self.proc_net))
         self.finished_at = time.time()
+        self._cpu_end = time.process_time()
+
+    def close(self) -> None:
+        """Close the agent's sockets."""
+        for engine in self.engines:
+            engine.close()
 
     def run(self, out: Path | None = None) -> int:
         """Run alone in this process (:func:`run_agents`); return the exit code."""
@@ -316,7 +322,9 @@ class Agent:
         errors.extend(f"{r.id} ({r.role}): {r.error}" for r in self.records if r.error)
         warnings = [w for engine in self.engines for w in engine.warnings]
         roce = self.engines[1].totals() if len(self.engines) > 1 else {}
-        cpu = time.process_time() - self._cpu0 if self._cpu0 else 0.0
+        # the traffic's CPU: closing thousands of sockets afterwards is not part of it
+        end = time.process_time() if self._cpu_end is None else self._cpu_end
+        cpu = end - self._cpu0 if self._cpu0 else 0.0
         return {"host": self.host, "transport": self.plan.transport.kind,
                 "transfers": rows, "netstat": self._netstat, "roce": roce,
                 "errors": errors, "warnings": warnings, "ok": self.succeeded,
@@ -449,7 +457,9 @@ def run_agents(agents: list[Agent], outs: Mapping[str, Path | None],
             signal.signal(sig, signal.SIG_IGN)  # finish the reports first
         for agent in agents:
             agent.finish()
-        loop.close()
+        loop.close()  # first: one close of the epoll set drops every socket's registration
+        for agent in agents:
+            agent.close()
         for agent in agents:
             out = outs.get(agent.host)
             if out is not None:

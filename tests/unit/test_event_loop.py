@@ -41,3 +41,18 @@ def test_summary_quantiles_in_milliseconds() -> None:
     assert lateness_summary(samples) == {"n": 100, "p50_ms": 50.0, "p99_ms": 99.0,
                                          "max_ms": 99.0}
     assert lateness_summary([]) == {}
+
+
+def test_close_drops_the_registrations_with_the_selector_then_closes_the_sockets() -> None:
+    loop = EventLoop()
+    pairs = [socket.socketpair() for _ in range(3)]
+    for a, _ in pairs:
+        loop.register(a, 1, lambda mask: None)
+    unregistered = []
+    loop.selector.unregister = unregistered.append  # one system call per socket: not used
+    loop.close()
+    assert unregistered == []
+    assert all(a.fileno() == -1 for a, _ in pairs)  # closed
+    loop.unregister(pairs[0][0])  # what an engine does afterwards: harmless
+    for _, b in pairs:
+        b.close()
