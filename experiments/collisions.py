@@ -61,10 +61,15 @@ ENTROPY_PORTS = 256
 # long against the agents' start and exit.
 BUFFER_S = 6.0
 # Host rate of each pattern, as a share of the fabric's full-load rate. An
-# all-to-all keeps 15 queue pairs busy in every agent; their per-QP ACKs and
-# timers cost the agents more CPU than the machine has at the full rate
-# (benchmarks/busbw.py, sprayed, rail-clos at 12.5 Mbit/s: machine 0.96-0.99
-# busy, the agents' lost link time 10-13 %; valid at 9 and at 6.25).
+# all-to-all keeps 15 queue pairs busy in every agent and sends to every peer at
+# once. With a set of entropy sockets per peer (61 k sockets, four agent
+# processes) the agents could not keep up even at half the rate (benchmarks/
+# busbw.py, sprayed, rail-clos: the agents' lost link time 10-13 % at 12.5 Mbit/s
+# on a fast machine, 3-11 % at 4 on one running at 0.65 of its speed). With one
+# set per host (4 k sockets, one process) the same slow machine was valid at
+# 4 and 6 (busbw 0.94-0.95) and at its full rate of 8 in 2 of 3 sprayed runs,
+# but OVS's input delay, not the agents, then fails adaptive runs (1.12-1.14 ms
+# at 6 and 8): the share stays.
 RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-all": 0.5}
 
 

@@ -148,15 +148,19 @@ class RoceConfig:
 class _Sender:
     """Runtime of one send QP: its sockets, destination, pacer and port order."""
 
-    __slots__ = ("record", "qp", "sockets", "pacer", "entropy")
+    __slots__ = ("record", "qp", "sockets", "pacer", "entropy", "dest")
 
     def __init__(self, record: TransferRecord, qp: SendQP, sockets: list[socket.socket],
-                 pacer: "_Pacer", entropy: EntropyChoice) -> None:
+                 pacer: "_Pacer", entropy: EntropyChoice,
+                 dest: tuple[str, int] | None = None) -> None:
         self.record = record
         self.qp = qp
-        self.sockets = sockets  # connected to the receiver's (address, 4791)
+        # connected to the receiver's (address, 4791), or (a sprayed pool shared by the
+        # sender's peers) unconnected, sending to ``dest``
+        self.sockets = sockets
         self.pacer = pacer
         self.entropy = entropy
+        self.dest = dest
 
 
 class _Pacer:
@@ -316,17 +320,18 @@ class RoceEngine(Engine):
     def _sender_sockets(self, record: TransferRecord) -> list[socket.socket]:
         """Sockets on the planned source ports, connected to the receiver.
 
-        With per-packet entropy every transfer to the same receiver address
-        and class gets the same planned ports: their sockets are opened once
-        and kept in :attr:`pools` (ACKs name their queue pair, so sharing is
-        safe). A planned port that is busy is replaced by an ephemeral one
-        and reported in :attr:`warnings` (that flow's hash, hence path, then
-        differs from what the plan's seed predicts).
+        With per-packet entropy every transfer from the same address in the
+        same class gets the same planned ports, whatever its receiver: their
+        sockets are opened once, left unconnected, and kept in :attr:`pools`
+        (ACKs name their queue pair, so sharing is safe). A planned port that
+        is busy is replaced by an ephemeral one and reported in
+        :attr:`warnings` (that flow's hash, hence path, then differs from what
+        the plan's seed predicts).
         """
         t = record.transfer
         count = self.spec.entropy_ports if self.spec.sprays else 1
         ports = tuple(self.source_ports.get(("roce", t.id), ())) or (0,) * count
-        pool_key = (record.src_ip, record.dst_ip, t.dscp, ports)
+        pool_key = (record.src_ip, t.dscp, ports)
         if self.spec.sprays and pool_key in self.pools:
             return self.pools[pool_key]
         socks: list[socket.socket] = []
@@ -341,9 +346,10 @@ class RoceEngine(Engine):
                 self.warnings.append(f"{t.id}: source port {record.src_ip}:{port} "
                                      f"unavailable ({exc.strerror}); used an ephemeral one")
                 sock.bind((record.src_ip, 0))
-            # connected: send() needs no address and the kernel drops
-            # anything that is not from the receiver
-            sock.connect((record.dst_ip, self.config.port))
+            if not self.spec.sprays:
+                # connected: send() needs no address and the kernel drops
+                # anything that is not from the receiver
+                sock.connect((record.dst_ip, self.config.port))
             self.loop.register(sock, 1, functools.partial(self._on_ack_socket, sock))
         if self.spec.sprays and any(ports):
             self.pools[pool_key] = socks
@@ -413,7 +419,8 @@ class RoceEngine(Engine):
         ports = known[0]
         entropy = EntropyChoice(ports, self._pool_next.get(id(sockets), 0),
                                 recycle=self.spec.entropy == "recycle", index_of=known[1])
-        sender = _Sender(record, qp, sockets, pacer, entropy)
+        sender = _Sender(record, qp, sockets, pacer, entropy,
+                         (record.dst_ip, self.config.port) if self.spec.sprays else None)
         self.senders[record.qpn] = sender
         self._active[record.qpn] = sender
         pacer.active.append(sender)
@@ -439,7 +446,10 @@ class RoceEngine(Engine):
             _SEND_TIME.pack_into(self._tx, bth.BTH_LEN, int(departs * 1e9))
         sock = sender.sockets[entropy.next()]
         try:
-            sock.send(self._txview[:size])
+            if sender.dest is None:
+                sock.send(self._txview[:size])
+            else:
+                sock.sendto(self._txview[:size], sender.dest)
         except OSError:
             # a full socket buffer or a pending ICMP error: the packet did not
             # leave, which loss detection repairs like any other loss
@@ -487,8 +497,12 @@ class RoceEngine(Engine):
         record.end = time.time()
         record.bytes = qp.bytes_acked
         close = bth.ack_packet(qp.qpn, qp.count & bth.PSN_MASK, 1, bth.CLOSE_KIND, 0, 0, 0)
+        sock = sender.sockets[sender.entropy.rot]
         try:
-            sender.sockets[sender.entropy.rot].send(close)
+            if sender.dest is None:
+                sock.send(close)
+            else:
+                sock.sendto(close, sender.dest)
         except OSError:
             self.send_errors += 1  # the receiver then stops after its linger time
         self._retire(sender)

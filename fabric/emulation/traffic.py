@@ -226,7 +226,9 @@ def agent_sockets(plan: Plan) -> dict[str, int]:
     listeners, its planned source ports, and for TCP the connections it accepts."""
     count = {ep: 2 * len(plan.hosts[ep]) for ep in plan.hosts}  # TCP and UDP listeners
     for src, ports in source_ports(plan).items():
-        count[src] += sum(len(p) for p in set(ports.values()))
+        # a sprayed set is opened on every NIC that sends (each address binds its own)
+        nics = len(plan.hosts[src]) if plan.transport.sprays else 1
+        count[src] += nics * sum(len(p) for p in set(ports.values()))
     if plan.transport.kind == "tcp":  # connections persist across transfers
         accepted = {(t.dst, t.src, key) for t in plan.transfers
                     for key in tcp_connection_keys(plan, t)}

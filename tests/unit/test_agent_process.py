@@ -95,8 +95,10 @@ def test_agent_sockets_counts_listeners_and_planned_ports() -> None:
                  Transfer("ac", "a", "c", 1)]
     sprayed = Plan(transfers, hosts, TransportSpec(kind="roce", entropy="packet",
                                                    entropy_ports=16))
-    # two listeners each; a sprays to b (one shared set) and to c
-    assert agent_sockets(sprayed) == {"a": 2 + 2 * 16, "b": 2, "c": 2}
+    # two listeners each; a sprays to b and to c from one set
+    assert agent_sockets(sprayed) == {"a": 2 + 16, "b": 2, "c": 2}
+    two_nics = dict(hosts, a=hosts["a"] + ["127.9.9.9/8"])  # each NIC binds its own set
+    assert agent_sockets(Plan(transfers, two_nics, sprayed.transport))["a"] == 4 + 2 * 16
     tcp = Plan(transfers, hosts, TransportSpec(kind="tcp", connections=2))
     # a keeps two connections to each peer, whatever the transfers; b and c accept them
     assert agent_sockets(tcp) == {"a": 2 + 4, "b": 2 + 2, "c": 2 + 2}

@@ -585,23 +585,24 @@ def test_roce_delivers_every_byte(tmp_path: Path):
     assert result["roce"]["unknown_qp"] == 0 and result["errors"] == []
 
 
-def test_sprayed_transfers_to_one_peer_share_their_entropy_ports():
+def test_a_senders_sprayed_transfers_in_one_class_share_their_entropy_ports():
     hosts = loopback_hosts(["a", "b", "c"])
     transfers = [Transfer("s1", "a", "b", 10), Transfer("s2", "a", "b", 10, after=("s1",)),
                  Transfer("s3", "a", "c", 10), Transfer("s4", "a", "b", 10, dscp=26)]
     sprayed = Plan(transfers, hosts, TransportSpec("roce", entropy="packet", entropy_ports=8))
     ports = source_ports(sprayed)["a"]
-    assert ports[("roce", "s1")] == ports[("roce", "s2")] and len(ports[("roce", "s1")]) == 8
-    # another peer or another traffic class: its own set
-    assert not set(ports[("roce", "s1")]) & set(ports[("roce", "s3")])
+    assert len(ports[("roce", "s1")]) == 8
+    # another peer too (its address is in the hash): the same set, as one NIC's
+    assert ports[("roce", "s1")] == ports[("roce", "s2")] == ports[("roce", "s3")]
+    # another traffic class: its own set
     assert not set(ports[("roce", "s1")]) & set(ports[("roce", "s4")])
     per_flow = source_ports(Plan(transfers, hosts, TransportSpec("roce")))["a"]
     assert len({per_flow[("roce", t.id)] for t in transfers}) == 4   # one port each
 
 
 def test_too_many_entropy_ports_is_a_schedule_error():
-    hosts = loopback_hosts(["a"] + [f"p{i}" for i in range(30)])
-    transfers = [Transfer(f"t{i}", "a", f"p{i}", 10) for i in range(30)]
+    hosts = loopback_hosts(["a", "b"])  # one set per traffic class
+    transfers = [Transfer(f"t{i}", "a", "b", 10, dscp=i) for i in range(30)]
     plan = Plan(transfers, hosts, TransportSpec("roce", entropy="packet", entropy_ports=1024))
     with pytest.raises(ScheduleError, match="entropy_ports"):
         source_ports(plan)
@@ -623,6 +624,29 @@ def test_sprayed_sockets_are_opened_before_the_start():
         assert sorted(sock.getsockname()[1] for sock in pool) == list(ports)
         engine.start_send(records[1], time.monotonic())
         assert engine.senders[0x101].sockets is pool
+    finally:
+        engine.close()
+
+
+def test_a_sprayed_pool_serves_every_peer_unconnected():
+    loop = EventLoop()
+    spec = TransportSpec("roce", rate_mbps=10, entropy="packet", entropy_ports=4)
+    ports = tuple(range(21100, 21104))
+    engine = RoceEngine(loop, spec, ["127.0.0.1"], lambda r: None, lambda r, m: None,
+                        source_ports={("roce", "t1"): ports, ("roce", "t2"): ports})
+    try:
+        records = [TransferRecord(Transfer(tid, "a", peer, 1000), SEND, qpn=0x100 + i)
+                   for i, (tid, peer) in enumerate((("t1", "b"), ("t2", "c")))]
+        for record, dst in zip(records, ("127.0.0.2", "127.0.0.3")):
+            record.src_ip, record.dst_ip = "127.0.0.1", dst
+            engine.start_send(record, time.monotonic())
+        (pool,) = engine.pools.values()
+        assert all(engine.senders[r.qpn].sockets is pool for r in records)
+        assert [engine.senders[r.qpn].dest for r in records] == [("127.0.0.2", 4791),
+                                                                 ("127.0.0.3", 4791)]
+        for sock in pool:
+            with pytest.raises(OSError):
+                sock.getpeername()  # unconnected: each send names its receiver
     finally:
         engine.close()
 
