@@ -128,11 +128,13 @@ def bring_up_text(report: Any) -> str:
     lines = [f"datapath: {report.datapath}space Open vSwitch",
              f"rates: host links at {plan.host_mbps:g} Mbit/s "
              f"({plan.scale_mbps_per_gbps * 1000:.3g} Mbit/s emulated per physical Tbit/s); "
-             f"full-load forwarding headroom x{plan.headroom:.2f} "
-             f"({plan.demand_pkt_hops / 1e3:.0f} of {plan.budget_pkt_hops / 1e3:.0f} k "
-             f"packet-hops/s, {plan.switch_ports} switch ports"
-             + (f"; this machine runs at {plan.speed:.2f} of the speed the budget was "
-                f"measured at)" if plan.speed < 1 else ")"),
+             f"full-load forwarding headroom x{plan.machine_headroom:.2f} "
+             f"({plan.demand_pkt_hops / 1e3:.0f} of "
+             f"{plan.budget_pkt_hops * plan.speed / 1e3:.0f} k packet-hops/s, "
+             f"{plan.switch_ports} switch ports"
+             + (f"; this machine runs at {plan.speed:.2f} of the speed the budget of "
+                f"{plan.budget_pkt_hops / 1e3:.0f} k was measured at)" if plan.speed < 1
+                else ")"),
              f"bring-up: {report.total_s:.2f} s ({phases})"]
     lines += [f"fidelity warning: {w}" for w in report.warnings]
     return "\n".join(lines)

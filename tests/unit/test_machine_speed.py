@@ -57,3 +57,19 @@ def test_without_the_environment_the_probe_decides_once_per_process(monkeypatch)
                                "reference_round_us": REFERENCE_ROUND_US, "factor": 0.5,
                                "source": "probe"}
     assert f"{2 * REFERENCE_ROUND_US} us per round against" in speed.describe()
+
+
+def test_bring_up_reports_the_headroom_on_this_machine():
+    from types import SimpleNamespace
+
+    from fabric.cli import bring_up_text
+
+    plan = capacity.plan_rates(topologies.build("rail-clos"), 3.0, speed=0.5)
+    report = SimpleNamespace(rate_plan=plan, phases_s={"network": 1.0}, total_s=1.0,
+                             datapath="user", warnings=[])
+    text = bring_up_text(report)
+    assert f"headroom x{plan.headroom / 2:.2f}" in text
+    assert "runs at 0.50 of the speed the budget of 18 k was measured at" in text
+    full = bring_up_text(SimpleNamespace(**{**vars(report), "rate_plan": capacity.plan_rates(
+        topologies.build("rail-clos"), 3.0)}))
+    assert "speed" not in full
