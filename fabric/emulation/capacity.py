@@ -56,7 +56,7 @@ link, see ``benchmarks/datapath.py``).
 
 All these were measured with the machine at full speed. A machine that runs slower
 now (a shared host's busy hour: the same rail-clos stride was unfaithful at 12.5
-Mbit/s and valid at 8) gets a share of the budget: callers pass ``speed`` from
+Mbit/s, at the edge at 8 and valid at 7) gets a share of the budget: callers pass ``speed`` from
 :func:`fabric.emulation.machine_speed.machine_speed`, which times a small probe.
 This module stays pure: it only multiplies.
 
