@@ -1,6 +1,6 @@
 """What each userspace Open vSwitch port type costs per forwarded packet here (root).
 
-A chain of ``--hops`` bridges in one private ovs-vswitchd (its own ovsdb and
+A chain of ``--hops`` bridges in a private ovs-vswitchd (its own ovsdb and
 run directory, so the fabric's daemons are not touched): ``--flows`` host
 pairs send UDP across the whole chain (iperf, 1400-byte datagrams, offloads
 off), and one more pair pings across it every 10 ms. Every switch egress
@@ -17,6 +17,16 @@ shaping is paid for but never binds), as in a fabric. Port types:
 * ``afxdp``: the same ports polled by one PMD thread on the last core, which
   sleeps up to ``--pmd-maxsleep`` microseconds when it finds little to do.
 
+``--daemons`` spreads the chain's bridges over several ovs-vswitchd daemons
+(one, a count, or ``per-bridge``; consecutive bridges share one), each with
+its own ovsdb-server and run directory: a daemon then reads only its own
+bridges' ports on each wake-up, and the daemons run on both cores. A second
+userspace daemon cannot create the tap device named after the ``netdev``
+datapath (``ovs-netdev``: EBUSY), so split chains run ``--enable-dummy``
+daemons with ``datapath_type=dummy`` bridges: the same userspace datapath
+code, whose only difference is a local port with no kernel device. Their
+``system`` ports are real AF_PACKET ports.
+
 Per offered rate it prints the packets carried and lost, packet-hops per
 second, the CPU of ovs-vswitchd, of the iperf processes and of everything
 else (kernel forwarding, shaping), and the ping RTT through the chain,
@@ -26,11 +36,13 @@ Usage::
 
     sudo .venv/bin/python benchmarks/datapath.py [--ports system,afxdp-nonpmd,afxdp]
         [--hops 3] [--flows 16] [--kpps 3.7,7.3,14.7] [--seconds 10] [--pmd-maxsleep 200]
+        [--daemons one,2,per-bridge]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -56,6 +68,36 @@ SYSCTLS = {"net.core.rmem_default": "8388608", "net.core.wmem_default": "4194304
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def daemon_count(daemons: str, hops: int) -> int:
+    """How many ovs-vswitchd daemons ``--daemons`` asks for on a chain of ``hops``.
+
+    Parameters
+    ----------
+    daemons : str
+        ``one``, ``per-bridge`` or a count from 1 to ``hops``.
+    hops : int
+        Bridges in the chain.
+
+    Raises
+    ------
+    ValueError
+        For anything else.
+    """
+    if daemons == "one":
+        return 1
+    if daemons == "per-bridge":
+        return hops
+    if daemons.isdigit() and 1 <= int(daemons) <= hops:
+        return int(daemons)
+    raise ValueError(f"expected one, per-bridge or a count from 1 to {hops}, got {daemons!r}")
+
+
+def daemon_of(bridge: int, hops: int, daemons: int) -> int:
+    """The daemon that serves ``bridge`` (0-based) of a chain of ``hops`` shared by
+    ``daemons``: consecutive bridges share one, so most hops stay within a daemon."""
+    return bridge * daemons // hops
+
+
 def run(*args: str, ns: str | None = None, env: dict | None = None,
         check: bool = True) -> str:
     """Run a command (in namespace ``ns``); return its stdout."""
@@ -69,23 +111,29 @@ def run(*args: str, ns: str | None = None, env: dict | None = None,
 class Chain:
     """The bridges, hosts and links of one measurement, and their removal."""
 
-    def __init__(self, port_type: str, hops: int, flows: int, maxsleep_us: int) -> None:
+    def __init__(self, port_type: str, hops: int, flows: int, maxsleep_us: int,
+                 daemons: str = "one") -> None:
         self.port_type, self.hops, self.flows = port_type, hops, flows
         self.maxsleep_us = maxsleep_us
-        self.rundir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-ovs-"))
-        self.env = dict(os.environ, OVS_RUNDIR=str(self.rundir), OVS_LOGDIR=str(self.rundir),
-                        OVS_DBDIR=str(self.rundir))
+        self.daemons = daemons
+        # one run directory (ovsdb-server + ovs-vswitchd) per daemon
+        self.rundirs = [Path(tempfile.mkdtemp(prefix=f"{PREFIX}-ovs-"))
+                        for _ in range(daemon_count(daemons, hops))]
         self.namespaces: list[str] = []
         self.root_devs: list[str] = []
         self.sysctls = {key: system.read_sysctl(key) for key in SYSCTLS}
         self.iperfs: list[subprocess.Popen] = []
 
     # -- building --------------------------------------------------------------------
-    def vsctl(self, *args: str) -> str:
-        return run("ovs-vsctl", "--timeout=20", *args, env=self.env)
+    def env(self, k: int) -> dict[str, str]:
+        """The environment that points OVS's tools at bridge k's daemon."""
+        return _ovs_env(self.rundirs[daemon_of(k, self.hops, len(self.rundirs))])
+
+    def vsctl(self, k: int, *args: str) -> str:
+        return run("ovs-vsctl", "--timeout=20", *args, env=self.env(k))
 
     def ofctl(self, bridge: str, flow: str) -> None:
-        run("ovs-ofctl", "add-flow", bridge, flow, env=self.env)
+        run("ovs-ofctl", "add-flow", bridge, flow, env=self.env(int(bridge.rsplit("br", 1)[1])))
 
     def bridge(self, k: int) -> str:
         return f"{PREFIX}-br{k}"
@@ -93,12 +141,16 @@ class Chain:
     def build(self) -> None:
         for key, value in SYSCTLS.items():
             system.write_sysctl(key, value)
-        self._start_ovs()
+        for k in range(len(self.rundirs)):
+            self._start_ovs(k)
         if self.port_type != "system":
             self._netns(LINK_NS)
+        # a second userspace daemon cannot create the tap named after the netdev
+        # datapath; the dummy datapath class is the same code with a dummy local port
+        dp_type = "dummy" if len(self.rundirs) > 1 else "netdev"
         for k in range(self.hops):
-            self.vsctl("add-br", self.bridge(k), "--", "set", "bridge", self.bridge(k),
-                       "datapath_type=netdev", "fail-mode=secure")
+            self.vsctl(k, "add-br", self.bridge(k), "--", "set", "bridge", self.bridge(k),
+                       f"datapath_type={dp_type}", "fail-mode=secure")
         for k in range(self.hops - 1):
             self._trunk(k)
         pairs = [(f"{PREFIX}-a{i}", f"{PREFIX}-b{i}", f"10.0.{i}.1", f"10.0.{i}.2")
@@ -114,20 +166,23 @@ class Chain:
         time.sleep(1)
         run("ping", "-c", "3", "-i", "0.2", pairs[-1][3], ns=pairs[-1][0])
 
-    def _start_ovs(self) -> None:
-        d = self.rundir
+    def _start_ovs(self, k: int) -> None:
+        """Start daemon k: its ovsdb-server and ovs-vswitchd."""
+        d = self.rundirs[k]
+        env = _ovs_env(d)
         run("ovsdb-tool", "create", str(d / "conf.db"), str(SCHEMA))
         run("ovsdb-server", str(d / "conf.db"), f"--remote=punix:{d}/db.sock",
             f"--pidfile={d}/ovsdb-server.pid", f"--unixctl={d}/ovsdb-server.ctl", "--detach",
-            f"--log-file={d}/ovsdb-server.log", env=self.env)
+            f"--log-file={d}/ovsdb-server.log", env=env)
         config = ["other_config:n-handler-threads=1", "other_config:n-revalidator-threads=1"]
         if self.port_type == "afxdp":
             last_core = 1 << (os.cpu_count() - 1)
             config += [f"other_config:pmd-cpu-mask={last_core:#x}",
                        f"other_config:pmd-maxsleep={self.maxsleep_us}"]
-        self.vsctl("--no-wait", "init", "--", "set", "Open_vSwitch", ".", *config)
+        run("ovs-vsctl", "--no-wait", "init", "--", "set", "Open_vSwitch", ".", *config, env=env)
+        dummy = ["--enable-dummy"] if len(self.rundirs) > 1 else []
         run("ovs-vswitchd", f"unix:{d}/db.sock", f"--pidfile={d}/ovs-vswitchd.pid", "--detach",
-            f"--log-file={d}/ovs-vswitchd.log", env=self.env)
+            *dummy, f"--log-file={d}/ovs-vswitchd.log", env=env)
 
     def _netns(self, name: str) -> None:
         run("ip", "netns", "add", name)
@@ -165,10 +220,11 @@ class Chain:
         run("ip", "link", "set", name, "up", ns=LINK_NS)
 
     def _add_port(self, bridge: str, dev: str) -> None:
+        k = int(bridge.rsplit("br", 1)[1])
         if self.port_type == "system":
-            self.vsctl("add-port", bridge, dev)
+            self.vsctl(k, "add-port", bridge, dev)
         else:
-            self.vsctl("add-port", bridge, dev, "--", "set", "interface", dev,
+            self.vsctl(k, "add-port", bridge, dev, "--", "set", "interface", dev,
                        f"type={self.port_type}", "options:xdp-mode=generic", "options:n_rxq=1")
 
     def _trunk(self, k: int) -> None:
@@ -246,16 +302,16 @@ class Chain:
                      str(int(seconds + 4))], stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL))
             time.sleep(2)
-        ovs_pid = int((self.rundir / "ovs-vswitchd.pid").read_text())
+        ovs_pids = [int((d / "ovs-vswitchd.pid").read_text()) for d in self.rundirs]
         iperf_pids = [p.pid for p in self.iperfs]
-        ovs0, iperf0, machine0 = _ticks([ovs_pid]), _ticks(iperf_pids), _machine_ticks()
+        ovs0, iperf0, machine0 = _ticks(ovs_pids), _ticks(iperf_pids), _machine_ticks()
         iperf_pids = list(iperf0)  # those alive now
         window0 = self._counters()[0]
         start = time.monotonic()
         ping = run("ping", "-q", "-i", "0.01", "-c", str(int(seconds * 80)), ping_dst,
                    ns=ping_src, check=False)
         elapsed = time.monotonic() - start
-        ovs1, iperf1, machine1 = _ticks([ovs_pid]), _ticks(iperf_pids), _machine_ticks()
+        ovs1, iperf1, machine1 = _ticks(ovs_pids), _ticks(iperf_pids), _machine_ticks()
         window1 = self._counters()[0]
         self._stop_iperfs()
         time.sleep(1)
@@ -294,12 +350,13 @@ class Chain:
     def remove(self) -> None:
         """Remove every daemon, namespace, device and setting this chain made."""
         self._stop_iperfs()
-        for daemon in ("ovs-vswitchd", "ovsdb-server"):
-            try:
-                pid = int((self.rundir / f"{daemon}.pid").read_text())
-            except (OSError, ValueError):
-                continue
-            system.kill_tree(pid, expect=daemon)
+        for rundir in self.rundirs:
+            for daemon in ("ovs-vswitchd", "ovsdb-server"):
+                try:
+                    pid = int((rundir / f"{daemon}.pid").read_text())
+                except (OSError, ValueError):
+                    continue
+                system.kill_tree(pid, expect=daemon)
         for name in self.namespaces:
             run("ip", "netns", "del", name, check=False)
         # the root ends of links into namespaces went with them; trunks, taps remain
@@ -309,7 +366,14 @@ class Chain:
             run("ip", "link", "del", dev, check=False)
         for key, value in self.sysctls.items():
             system.write_sysctl(key, value)
-        shutil.rmtree(self.rundir, ignore_errors=True)
+        for rundir in self.rundirs:
+            shutil.rmtree(rundir, ignore_errors=True)
+
+
+def _ovs_env(rundir: Path) -> dict[str, str]:
+    """The environment that points OVS's daemons and tools at ``rundir``."""
+    return dict(os.environ, OVS_RUNDIR=str(rundir), OVS_LOGDIR=str(rundir),
+                OVS_DBDIR=str(rundir))
 
 
 def _ticks(pids: list[int]) -> dict[int, int]:
@@ -363,12 +427,22 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--kpps", default="3.7,7.3,14.7",
                         help="offered packet rates, thousands/s, all flows together")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--daemons", default="one",
+                        help="ovs-vswitchd daemons to compare, comma-separated: one (for the "
+                             "chain), per-bridge (each sweeps only its own ports) or a count "
+                             "(consecutive bridges share one)")
     parser.add_argument("--pmd-maxsleep", type=int, default=200,
                         help="afxdp: microseconds the PMD thread may sleep (0-10000)")
     args = parser.parse_args()
     args.ports = args.ports.split(",")
     args.kpps = [float(k) for k in args.kpps.split(",")]
     bad = [p for p in args.ports if p not in PORT_TYPES]
+    args.daemons = args.daemons.split(",")
+    try:
+        for daemons in args.daemons:
+            daemon_count(daemons, args.hops)
+    except ValueError as exc:
+        parser.error(f"--daemons: {exc}")
     if bad or not 1 <= args.hops <= 8 or not 1 <= args.flows <= 64 \
             or not 0 <= args.pmd_maxsleep <= 10_000 or args.seconds < 1 \
             or any(not 0 <= k <= 200 for k in args.kpps):
@@ -386,13 +460,13 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     print(f"{args.hops} switches in a chain, {args.flows} UDP flows of {PAYLOAD_BYTES}-byte "
           f"datagrams, {os.cpu_count()} cores", flush=True)
-    for port_type in args.ports:
-        chain = Chain(port_type, args.hops, args.flows, args.pmd_maxsleep)
+    for port_type, daemons in itertools.product(args.ports, args.daemons):
+        chain = Chain(port_type, args.hops, args.flows, args.pmd_maxsleep, daemons)
         try:
             chain.build()
             idle = chain.measure(0, min(args.seconds, 3))
             label = port_type + (f" (maxsleep {args.pmd_maxsleep} us)"
-                                 if port_type == "afxdp" else "")
+                                 if port_type == "afxdp" else "") + f", {daemons} daemon(s)"
             print(f"{label}: idle RTT {idle['rtt_avg_ms']} ms", flush=True)
             for kpps in args.kpps:
                 r = chain.measure(kpps, args.seconds)
@@ -402,7 +476,8 @@ def main() -> None:
                       f"{r['ovs_cores']:.2f}, iperf {r['iperf_cores']:.2f}, other "
                       f"{r['other_cores']:.2f}; RTT avg {r['rtt_avg_ms']} max "
                       f"{r['rtt_max_ms']} ms", flush=True)
-                print("    " + json.dumps({"port_type": port_type, **r}), file=sys.stderr)
+                print("    " + json.dumps({"port_type": port_type, "daemons": daemons, **r}),
+                      file=sys.stderr)
         finally:
             chain.remove()
 
