@@ -6,7 +6,11 @@ thread (ovs-vswitchd's main thread) does each second: main-loop iterations
 (its ``poll`` calls), receive calls (``recvmmsg``: one per port per iteration,
 the sweep), send batches (``sendmmsg``) and its CPU time. A packet waits in
 its socket for part of an iteration, so the milliseconds per iteration bound
-the input delay the fidelity check measures. ``--profile`` also samples the
+the input delay the fidelity check measures. It counts the ``accept`` calls
+too: every iteration tries each listening socket once (each bridge's
+``.mgmt`` and ``.snoop`` sockets and the daemon's control socket), and an
+``accept`` that finds nothing still allocates and frees a socket in the
+kernel. ``--profile`` also samples the
 thread for a few seconds and prints its time by binary (kernel, ovs-vswitchd,
 the C library: its allocator shows there).
 
@@ -29,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = {"syscalls:sys_enter_poll": "iterations", "syscalls:sys_enter_recvmmsg": "receives",
-          "syscalls:sys_enter_sendmmsg": "send_batches", "task-clock": "cpu_ms"}
+          "syscalls:sys_enter_sendmmsg": "send_batches", "syscalls:sys_enter_accept": "accepts",
+          "task-clock": "cpu_ms"}
 PROFILE_S = 6
 
 
@@ -62,7 +67,8 @@ def per_iteration(row: dict[str, float], interval_s: float) -> str:
     if not loops:
         return "idle"
     return (f"{loops / interval_s:6.0f} iterations/s, {row.get('receives', 0) / loops:5.1f} "
-            f"receive calls and {row.get('send_batches', 0) / loops:4.1f} send batches per "
+            f"receive calls, {row.get('accepts', 0) / loops:4.1f} accept calls and "
+            f"{row.get('send_batches', 0) / loops:4.1f} send batches per "
             f"iteration, {row.get('cpu_ms', 0) / loops:5.3f} ms CPU per iteration, "
             f"thread {row.get('cpu_ms', 0) / 1e3 / interval_s:4.2f} of a core")
 
