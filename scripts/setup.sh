@@ -8,9 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # iperf (2): the Mininet CLI's iperf command runs it. clang and the kernel headers build the
-# switches' ECN marker (a BPF filter, fabric/emulation/ecn_marker.bpf.c).
+# switches' ECN marker (a BPF filter, fabric/emulation/ecn_marker.bpf.c); clang and the C
+# library's headers the library preloaded into ovs-vswitchd (fabric/emulation/idle_accept.c).
 APT_PACKAGES=(mininet openvswitch-switch iperf3 iperf ethtool iputils-ping tcpdump iproute2
-              python3-venv python3-pip clang linux-libc-dev)
+              python3-venv python3-pip clang linux-libc-dev libc6-dev)
 SYS_PYTHON=/usr/bin/python3
 VENV=.venv
 

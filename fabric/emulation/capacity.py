@@ -48,11 +48,14 @@ at the headroom below (4.5 under the flat budget of 11 k before), rail-clos
 Mbit/s; 1.5 before, invalid at full load).
 
 Two levers that would remove the sweep were measured; neither is usable as
-it stands: one ovs-vswitchd per switch (a second userspace daemon in one network
-namespace cannot open its datapath: its ``ovs-netdev`` tap is taken, EBUSY),
-and AF_XDP ports (no sweep, but OVS 3.1 drops frames over ~3.6 kB there, so
-roce could only use 2048-byte payloads, and shaping needs a bridge hop per
-link, see ``benchmarks/datapath.py``).
+it stands: one ovs-vswitchd per switch (possible with ``--enable-dummy``
+daemons and ``dummy`` datapaths, but on a chain of 8 bridges they used 1.4-1.6
+cores where one daemon used 0.9-1.0, each paying its whole main loop per
+packet), and AF_XDP ports (no sweep, but OVS 3.1 drops frames over ~3.6 kB
+there, so roce could only use 2048-byte payloads, and shaping needs a bridge
+hop per link); see ``benchmarks/datapath.py``. What each iteration costs was
+cut instead (:mod:`fabric.emulation.idle_accept`); the budget was not raised
+for it (measured at half speed only).
 
 All these were measured with the machine at full speed. A machine that runs slower
 now (a shared host's busy hour: the same rail-clos stride was unfaithful at 12.5

@@ -26,7 +26,7 @@ forwarding thread, ``benchmarks/ovs_loop.py``): a freshly started daemon spent
 ~85 % of the thread in the kernel's page handling, 6-9 ms per iteration, and
 runs read 4-5 ms of input delay, until glibc's adaptive threshold happened to
 move (why the first bring-up after a restart was often slow and later ones
-not). So the daemon starts with trimming off (:data:`VSWITCHD_ENV`). glibc's
+not). So the daemon starts with trimming off (:func:`vswitchd_env`). glibc's
 malloc and free still took ~28 % of the thread (``perf``, the k=4 fat-tree at
 4.5 Mbit/s: ``_int_malloc`` 12 %, ``_int_free`` 6.5 %, ``unlink_chunk`` 3.6 %),
 so the daemon preloads tcmalloc when it is installed (``scripts/setup.sh``
@@ -37,6 +37,23 @@ fat-tree`` at 6 and 7.5 Mbit/s, three interleaved pairs, 0.50 / 0.57, 0.56 /
 0.78 and 1.28 / 1.22 ms with tcmalloc against 0.86 / 0.66, 1.02 / 2.47 and
 1.59 / 1.26 ms without (every pair in its favour). jemalloc (~30 % of the
 thread) was tried and left out.
+
+Most of an iteration's cost does not depend on the packets it forwards: with
+one ping crossing an idle rail-clos, each iteration took 0.5-0.7 ms of CPU,
+and under load (``benchmarks/ovs_loop.py``) ~0.5 ms with only 2-6 packets
+sent. ``perf`` put ~20 % of it in ``accept``: the main loop tries each
+listening socket on every iteration (each bridge's ``.mgmt`` and ``.snoop``,
+17 on rail-clos, 41 on the k=4 fat-tree), and the kernel allocates and frees
+a socket for each try that finds nothing. So the daemon also preloads
+:mod:`fabric.emulation.idle_accept`, which answers those tries without the
+kernel when the thread's last ``poll`` found the socket idle (``ovs-ofctl``
+works as before). Interleaved pairs (without / with), ``traffic.py``, input
+delay: rail-clos 0.55-0.90 / 0.33-0.39 ms at 9 Mbit/s (three pairs), 0.51-1.13
+/ 0.35-0.89 at 10.5, 1.02-1.58 / 0.73-1.13 at 12, unchanged from 13.5 on (the
+machine 1.7-1.85 of 2 cores busy); the k=4 fat-tree 0.80-1.13 / 0.43-0.79 at
+4.5, 1.27-1.33 / 0.58-0.69 at 6, 2.58 / 0.93-1.48 at 7.5 (two pairs each).
+A ping across idle rail-clos: 1.8-2.1 / 0.95-1.37 ms. Measured on a machine
+running at 0.5-0.7 of the budget's speed; the budget was not raised.
 
 The kernel's real-time throttling (``kernel.sched_rt_runtime_us``, 950 ms
 of every second by default) stopped the thread for the rest of any second
@@ -68,7 +85,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabric.emulation import system
+from fabric.emulation import idle_accept, system
 
 OVS_SCRIPTS = Path("/usr/share/openvswitch/scripts")
 OVS_RUNDIR = Path("/var/run/openvswitch")
@@ -87,17 +104,36 @@ def _library(name: str) -> Path | None:
     return next((path for path in found if path.exists()), None)
 
 
-def vswitchd_env(tcmalloc: Path | None) -> dict[str, str]:
+def vswitchd_env(tcmalloc: Path | None, accept_library: Path | None = None) -> dict[str, str]:
     """ovs-vswitchd's environment: glibc keeps the top of its heap however much of it
-    is free, up to 256 MiB, and tcmalloc, when installed, serves its allocations
-    (see the module docstring)."""
+    is free, up to 256 MiB; tcmalloc, when installed, serves its allocations; and
+    fabric's idle-accept library, when built, spares it the ``accept`` calls that
+    would find nothing (see the module docstring)."""
     env = {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456"}
-    if tcmalloc is not None:
-        env["LD_PRELOAD"] = str(tcmalloc)
+    preload = [str(path) for path in (tcmalloc, accept_library) if path is not None]
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
     return env
 
 
-VSWITCHD_ENV = vswitchd_env(_library(TCMALLOC))
+def vswitchd_settings() -> tuple[dict[str, str], list[str]]:
+    """The environment ovs-vswitchd should run with here, and fidelity warnings for
+    what is missing from it (tcmalloc not installed, the idle-accept library not
+    built); builds that library if needed (root: it is kept in /run/fabric)."""
+    warnings = []
+    tcmalloc = _library(TCMALLOC)
+    if tcmalloc is None:
+        warnings.append(f"{TCMALLOC} is not installed (scripts/setup.sh installs it): "
+                        f"ovs-vswitchd allocates its receive buffers with glibc, and packets "
+                        f"wait longer in its sockets on fabrics with many ports")
+    try:
+        shim: Path | None = idle_accept.library()
+    except idle_accept.BuildError as exc:
+        shim = None
+        warnings.append(f"fabric's idle-accept library for ovs-vswitchd was not built ({exc}): "
+                        f"its main loop calls accept on two sockets per bridge every time it "
+                        f"forwards, and packets wait longer in its sockets")
+    return vswitchd_env(tcmalloc, shim), warnings
 
 
 def kernel_datapath_available() -> bool:
@@ -227,8 +263,9 @@ def ensure_running(datapath: str) -> list[str]:
         if vswitchd is None:
             _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start")
         return warnings
+    env, missing = vswitchd_settings()
     if (vswitchd is not None and vswitchd == _marker_pid()
-            and started_with(vswitchd, VSWITCHD_ENV)):
+            and started_with(vswitchd, env)):
         return warnings + prioritize_forwarding(vswitchd)
     if vswitchd is not None and bridges():
         warnings.append("ovs-vswitchd was started elsewhere (or by an older fabric) and has "
@@ -237,11 +274,7 @@ def ensure_running(datapath: str) -> list[str]:
         return warnings
     if vswitchd is not None:
         system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
-    if "LD_PRELOAD" not in VSWITCHD_ENV:
-        warnings.append(f"{TCMALLOC} is not installed (scripts/setup.sh installs it): "
-                        f"ovs-vswitchd allocates its receive buffers with glibc, and packets "
-                        f"wait longer in its sockets on fabrics with many ports")
-    return warnings + prioritize_forwarding(_start_vswitchd_with_wmem())
+    return warnings + missing + prioritize_forwarding(_start_vswitchd_with_wmem(env))
 
 
 def forwarding_sysctls(datapath: str, cpus: int | None = None) -> dict[str, str]:
@@ -310,13 +343,14 @@ def restart_vswitchd(timeout_s: float = 10.0) -> list[str]:
     emulation holds the socket-buffer sysctls raised. Returns fidelity
     warnings, as :func:`ensure_running` does.
     """
+    env, missing = vswitchd_settings()
     pid = _daemon_pid("ovs-vswitchd")
     if pid is not None:
         system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
         deadline = time.monotonic() + timeout_s
         while system.pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-    return prioritize_forwarding(_start_vswitchd_with_wmem())
+    return missing + prioritize_forwarding(_start_vswitchd_with_wmem(env))
 
 
 def _marker_pid() -> int | None:
@@ -326,13 +360,13 @@ def _marker_pid() -> int | None:
         return None
 
 
-def _start_vswitchd_with_wmem() -> int:
+def _start_vswitchd_with_wmem(env: dict[str, str]) -> int:
     # The caller holds net.core.wmem_default raised for the whole run, so the
     # send socket, created at the first packet, gets the large buffer.
     if int(system.read_sysctl("net.core.wmem_default")) < WMEM_DEFAULT_BYTES:
         raise system.HostSetupError("raise net.core.wmem_default before starting ovs-vswitchd")
     # ovs-ctl passes its environment on to the daemon
-    _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start", env={**os.environ, **VSWITCHD_ENV})
+    _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start", env={**os.environ, **env})
     pid = _daemon_pid("ovs-vswitchd")
     if pid is None:
         raise system.HostSetupError("ovs-vswitchd did not start; see /var/log/openvswitch/")

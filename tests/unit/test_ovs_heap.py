@@ -1,5 +1,6 @@
-"""ovs-vswitchd starts with glibc's heap trimming off and tcmalloc preloaded, and one
-that did not is restarted (pure code: the daemon's start is faked)."""
+"""ovs-vswitchd starts with glibc's heap trimming off, tcmalloc and the idle-accept
+library preloaded, and one that did not is restarted (pure code: the daemon's start
+is faked)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from fabric.emulation import ovs
+from fabric.emulation import idle_accept, ovs
+
+ENV = ovs.vswitchd_env(None)
 
 
 def test_started_with_reads_the_process_environment() -> None:
     child = "import time; print('up', flush=True); time.sleep(30)"
     with subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True,
-                          env={**os.environ, **ovs.VSWITCHD_ENV}) as proc:
+                          env={**os.environ, **ENV}) as proc:
         try:
             # Popen returns once exec began; the kernel fills /proc/PID/environ a little
             # later, so wait until the program itself runs
             assert proc.stdout.readline() == "up\n"
-            assert ovs.started_with(proc.pid, ovs.VSWITCHD_ENV)
+            assert ovs.started_with(proc.pid, ENV)
             assert not ovs.started_with(proc.pid, {"GLIBC_TUNABLES": "glibc.malloc.x=1"})
         finally:
             proc.kill()
@@ -31,19 +34,40 @@ def test_started_with_reads_the_process_environment() -> None:
 def test_glibc_reads_the_tunable() -> None:
     # glibc ignores a tunable it does not know without a word: check it reads this one
     proc = subprocess.run(["/lib64/ld-linux-x86-64.so.2", "--list-tunables"],
-                          env=ovs.VSWITCHD_ENV, capture_output=True, text=True)
+                          env=ENV, capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip("this loader cannot list its tunables")
-    name, value = ovs.VSWITCHD_ENV["GLIBC_TUNABLES"].split("=")
+    name, value = ENV["GLIBC_TUNABLES"].split("=")
     assert f"{name}: {hex(int(value))} " in proc.stdout
 
 
-def test_tcmalloc_is_preloaded_only_when_installed(tmp_path) -> None:
-    library = tmp_path / ovs.TCMALLOC
+def test_libraries_are_preloaded_only_when_present(tmp_path) -> None:
+    library, shim = tmp_path / ovs.TCMALLOC, tmp_path / "idle_accept.so"
     assert ovs.vswitchd_env(library)["LD_PRELOAD"] == str(library)
+    assert ovs.vswitchd_env(None, shim)["LD_PRELOAD"] == str(shim)
+    assert ovs.vswitchd_env(library, shim)["LD_PRELOAD"] == f"{library} {shim}"
     assert "LD_PRELOAD" not in ovs.vswitchd_env(None)
-    for env in (ovs.vswitchd_env(library), ovs.vswitchd_env(None)):
-        assert env["GLIBC_TUNABLES"] == ovs.VSWITCHD_ENV["GLIBC_TUNABLES"]
+    for env in (ovs.vswitchd_env(library, shim), ovs.vswitchd_env(None)):
+        assert env["GLIBC_TUNABLES"] == ENV["GLIBC_TUNABLES"]
+
+
+@pytest.mark.parametrize("tcmalloc, shim_builds", [(True, True), (False, True), (True, False)])
+def test_settings_say_what_is_missing(monkeypatch, tmp_path, tcmalloc, shim_builds) -> None:
+    shim = tmp_path / "idle_accept.so"
+
+    def build() -> Path:
+        if not shim_builds:
+            raise idle_accept.BuildError("clang is missing")
+        return shim
+
+    monkeypatch.setattr(ovs, "_library", lambda name: tmp_path / name if tcmalloc else None)
+    monkeypatch.setattr(idle_accept, "library", build)
+    env, warnings = ovs.vswitchd_settings()
+    assert env == ovs.vswitchd_env(tmp_path / ovs.TCMALLOC if tcmalloc else None,
+                                   shim if shim_builds else None)
+    assert [ovs.TCMALLOC in w for w in warnings] == ([] if tcmalloc else [True]) + (
+        [] if shim_builds else [False])
+    assert shim_builds or "clang is missing" in warnings[-1]
 
 
 class FakeDaemons:
@@ -52,18 +76,21 @@ class FakeDaemons:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, env_ok: bool, bridges: list[str],
                  tcmalloc: bool = True) -> None:
         self.started = self.stopped = 0
-        monkeypatch.setattr(ovs, "VSWITCHD_ENV", ovs.vswitchd_env(
-            Path("/usr/lib") / ovs.TCMALLOC if tcmalloc else None))
+        self.env = ovs.vswitchd_env(Path("/usr/lib") / ovs.TCMALLOC if tcmalloc else None,
+                                    Path("/run/fabric/preload/idle_accept.so"))
+        missing = [] if tcmalloc else [f"{ovs.TCMALLOC} is not installed"]
+        monkeypatch.setattr(ovs, "vswitchd_settings", lambda: (self.env, missing))
         monkeypatch.setattr(ovs, "_daemon_pid", lambda name: 4242)
         monkeypatch.setattr(ovs, "_marker_pid", lambda: 4242)
         monkeypatch.setattr(ovs, "started_with",
-                            lambda pid, env: env_ok and env == ovs.VSWITCHD_ENV)
+                            lambda pid, env: env_ok and env == self.env)
         monkeypatch.setattr(ovs, "bridges", lambda: bridges)
         monkeypatch.setattr(ovs, "prioritize_forwarding", lambda pid: [])
         monkeypatch.setattr(ovs, "_start_vswitchd_with_wmem", self._start)
         monkeypatch.setattr(ovs.system, "run", self._run)
 
-    def _start(self) -> int:
+    def _start(self, env: dict[str, str]) -> int:
+        assert env == self.env
         self.started += 1
         return 4343
 
