@@ -83,11 +83,20 @@ static int known_idle(int fd)
     return flags >= 0 && (flags & O_NONBLOCK);
 }
 
+/* Answers "nothing yet" (EAGAIN) for a known idle 'fd'; false otherwise. */
+static int answered_idle(int fd)
+{
+    if (!known_idle(fd)) {
+        return 0;
+    }
+    atomic_fetch_add_explicit(&fabric_idle_accepts, 1, memory_order_relaxed);
+    errno = EAGAIN;
+    return 1;
+}
+
 int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
-    if (known_idle(fd)) {
-        atomic_fetch_add_explicit(&fabric_idle_accepts, 1, memory_order_relaxed);
-        errno = EAGAIN;
+    if (answered_idle(fd)) {
         return -1;
     }
     if (!real_accept) {
@@ -98,9 +107,7 @@ int accept(int fd, struct sockaddr *addr, socklen_t *len)
 
 int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-    if (known_idle(fd)) {
-        atomic_fetch_add_explicit(&fabric_idle_accepts, 1, memory_order_relaxed);
-        errno = EAGAIN;
+    if (answered_idle(fd)) {
         return -1;
     }
     if (!real_accept4) {
