@@ -115,7 +115,6 @@ class Chain:
                  daemons: str = "one") -> None:
         self.port_type, self.hops, self.flows = port_type, hops, flows
         self.maxsleep_us = maxsleep_us
-        self.daemons = daemons
         # one run directory (ovsdb-server + ovs-vswitchd) per daemon
         self.rundirs = [Path(tempfile.mkdtemp(prefix=f"{PREFIX}-ovs-"))
                         for _ in range(daemon_count(daemons, hops))]
@@ -125,15 +124,16 @@ class Chain:
         self.iperfs: list[subprocess.Popen] = []
 
     # -- building --------------------------------------------------------------------
-    def env(self, k: int) -> dict[str, str]:
-        """The environment that points OVS's tools at bridge k's daemon."""
+    def env(self, bridge: str) -> dict[str, str]:
+        """The environment that points OVS's tools at ``bridge``'s daemon."""
+        k = int(bridge.removeprefix(f"{PREFIX}-br"))
         return _ovs_env(self.rundirs[daemon_of(k, self.hops, len(self.rundirs))])
 
-    def vsctl(self, k: int, *args: str) -> str:
-        return run("ovs-vsctl", "--timeout=20", *args, env=self.env(k))
+    def vsctl(self, bridge: str, *args: str) -> str:
+        return run("ovs-vsctl", "--timeout=20", *args, env=self.env(bridge))
 
     def ofctl(self, bridge: str, flow: str) -> None:
-        run("ovs-ofctl", "add-flow", bridge, flow, env=self.env(int(bridge.rsplit("br", 1)[1])))
+        run("ovs-ofctl", "add-flow", bridge, flow, env=self.env(bridge))
 
     def bridge(self, k: int) -> str:
         return f"{PREFIX}-br{k}"
@@ -149,8 +149,9 @@ class Chain:
         # datapath; the dummy datapath class is the same code with a dummy local port
         dp_type = "dummy" if len(self.rundirs) > 1 else "netdev"
         for k in range(self.hops):
-            self.vsctl(k, "add-br", self.bridge(k), "--", "set", "bridge", self.bridge(k),
-                       f"datapath_type={dp_type}", "fail-mode=secure")
+            br = self.bridge(k)
+            self.vsctl(br, "add-br", br, "--", "set", "bridge", br, f"datapath_type={dp_type}",
+                       "fail-mode=secure")
         for k in range(self.hops - 1):
             self._trunk(k)
         pairs = [(f"{PREFIX}-a{i}", f"{PREFIX}-b{i}", f"10.0.{i}.1", f"10.0.{i}.2")
@@ -220,11 +221,10 @@ class Chain:
         run("ip", "link", "set", name, "up", ns=LINK_NS)
 
     def _add_port(self, bridge: str, dev: str) -> None:
-        k = int(bridge.rsplit("br", 1)[1])
         if self.port_type == "system":
-            self.vsctl(k, "add-port", bridge, dev)
+            self.vsctl(bridge, "add-port", bridge, dev)
         else:
-            self.vsctl(k, "add-port", bridge, dev, "--", "set", "interface", dev,
+            self.vsctl(bridge, "add-port", bridge, dev, "--", "set", "interface", dev,
                        f"type={self.port_type}", "options:xdp-mode=generic", "options:n_rxq=1")
 
     def _trunk(self, k: int) -> None:
