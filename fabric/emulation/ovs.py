@@ -360,11 +360,28 @@ def _marker_pid() -> int | None:
         return None
 
 
+_CONTROL_SOCKET_RE = re.compile(r"(?:ovs-vswitchd|ovsdb-server)\.(\d+)\.ctl")
+
+
+def remove_stale_control_sockets(rundir: Path = OVS_RUNDIR) -> list[str]:
+    """Remove the control sockets (``<daemon>.<pid>.ctl``) that OVS daemons which
+    died without cleaning up left in ``rundir``; return their names. A daemon
+    killed, or restarted by fabric, leaves one behind every time."""
+    removed = []
+    for path in rundir.glob("*.ctl"):
+        match = _CONTROL_SOCKET_RE.fullmatch(path.name)
+        if match and not system.pid_alive(int(match.group(1))):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return sorted(removed)
+
+
 def _start_vswitchd_with_wmem(env: dict[str, str]) -> int:
     # The caller holds net.core.wmem_default raised for the whole run, so the
     # send socket, created at the first packet, gets the large buffer.
     if int(system.read_sysctl("net.core.wmem_default")) < WMEM_DEFAULT_BYTES:
         raise system.HostSetupError("raise net.core.wmem_default before starting ovs-vswitchd")
+    remove_stale_control_sockets()
     # ovs-ctl passes its environment on to the daemon
     _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start", env={**os.environ, **env})
     pid = _daemon_pid("ovs-vswitchd")
