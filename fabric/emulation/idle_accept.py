@@ -17,6 +17,7 @@ The object is built with clang (which ``scripts/setup.sh`` installs) into
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -50,15 +51,18 @@ def library(cache_dir: Path = CACHE_DIR) -> Path:
         return built
     if shutil.which("clang") is None:
         raise BuildError("clang is missing (scripts/setup.sh installs it)")
-    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     partial = built.with_suffix(f".{os.getpid()}.tmp")
     try:
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         proc = subprocess.run(["clang", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
                                str(SOURCE), "-o", str(partial), "-ldl"],
                               capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise BuildError(f"clang failed: {proc.stderr.strip()[-600:]}")
         partial.replace(built)  # atomic: a concurrent start never preloads half a file
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"building in {cache_dir} failed: {exc}") from None
     finally:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a failed or interrupted build leaves nothing
+            partial.unlink(missing_ok=True)
     return built

@@ -89,6 +89,10 @@ def test_a_failed_build_says_why(tmp_path, monkeypatch) -> None:
     with pytest.raises(idle_accept.BuildError, match="clang failed"):
         idle_accept.library(tmp_path / "cache")
     assert not any((tmp_path / "cache").iterdir())
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the cache directory would go
+    with pytest.raises(idle_accept.BuildError, match="building in"):
+        idle_accept.library(blocked / "cache")
     monkeypatch.setattr(idle_accept.shutil, "which", lambda name: None)
     with pytest.raises(idle_accept.BuildError, match="clang is missing"):
         idle_accept.library(tmp_path / "cache")
