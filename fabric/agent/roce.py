@@ -256,7 +256,8 @@ class RoceEngine(Engine):
         self.senders: dict[int, _Sender] = {}
         self._active: dict[int, _Sender] = {}  # senders not yet finished (timers to run)
         self.receivers: dict[int, tuple[TransferRecord, RecvQP]] = {}
-        self._reply: dict[int, tuple[socket.socket, tuple[str, int], int]] = {}
+        # receive QP -> (listener, its NIC address, the data's source, TOS) to answer with
+        self._reply: dict[int, tuple[socket.socket, str, tuple[str, int], int]] = {}
         self._ack_pending: dict[int, RecvQP] = {}
         # what :meth:`service` last asked for, and whether anything it depends on changed
         # since other than time (an ACK, a new transfer): a wake-up for a data packet
@@ -315,7 +316,7 @@ class RoceEngine(Engine):
                 sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
             sock.bind((address, self.config.port))
             self.listeners[address] = sock
-            self.loop.register(sock, 1, functools.partial(self._on_listener, sock))
+            self.loop.register(sock, 1, functools.partial(self._on_listener, sock, address))
 
     def _sender_sockets(self, record: TransferRecord) -> list[socket.socket]:
         """Sockets on the planned source ports, connected to the receiver.
@@ -526,7 +527,7 @@ class RoceEngine(Engine):
             sock.close()
             self._own.discard(sock)
 
-    def _on_listener(self, sock: socket.socket, _mask: int) -> None:
+    def _on_listener(self, sock: socket.socket, nic: str, _mask: int) -> None:
         rx = self._rx
         receivers = self.receivers
         offset_ns = time.time_ns() - time.monotonic_ns()
@@ -562,7 +563,7 @@ class RoceEngine(Engine):
                                     owd_us, addr[1] if flags & bth.ECHO_FLAG else 0)
                 if self.arrivals is not None and qp.bytes != delivered:
                     self._log_arrival(qp.qpn, wall, owd_us)
-                self._reply[qp.qpn] = (sock, addr, record.transfer.dscp << 2)
+                self._reply[qp.qpn] = (sock, nic, addr, record.transfer.dscp << 2)
                 finished = record.end is None and qp.complete
                 if finished:
                     record.end = wall
@@ -597,10 +598,10 @@ class RoceEngine(Engine):
 
     def _send_control(self, qp: RecvQP, packet: bytes) -> None:
         """Send an ACK or CNP of ``qp`` to the source of its latest data packet."""
-        sock, addr, tos = self._reply[qp.qpn]
+        sock, nic, addr, tos = self._reply[qp.qpn]
         # it leaves by the same NIC as data: it takes its bytes from the NIC's
         # pacer, so data and control packets together stay within the link rate
-        pacer = self._pacer(sock.getsockname()[0], time.monotonic())
+        pacer = self._pacer(nic, time.monotonic())
         pacer.bucket.spend(len(packet) + _WIRE_EXTRA)
         pacer.departs(len(packet) + _WIRE_EXTRA)
         try:
