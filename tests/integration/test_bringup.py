@@ -39,6 +39,21 @@ def test_default_instance_is_fully_reachable_with_ecmp(spec: str) -> None:
     assert emu.leftovers() == []
 
 
+RAIL_UNIT_64 = "rail-clos,servers=16,gpus=4,servers_per_leaf=4,spines=4"
+
+
+def test_rail_optimised_unit_of_64_endpoints_is_fully_reachable() -> None:
+    # the size researchers ask for: 64 NICs, 20 switches, 192 switch ports
+    graph = topologies.build(RAIL_UNIT_64)
+    assert len(fg.endpoints(graph)) == 64
+    emu = Emulation(graph, EmulationOptions(policy="ecmp"))
+    with emu:
+        report = check_all_pairs(graph, emu.host)
+        assert report.ok, f"unreachable pairs: {report.failed[:10]}"
+        assert report.pairs == 64 * 63
+    assert emu.leftovers() == []
+
+
 def _uplink_usage(emu: Emulation, leaf: str, flows: list[tuple[str, str, int]],
                   bytes_per_stream: str) -> dict[int, int]:
     """Run iperf3 flows (client, server, parallel streams); return uplink tx deltas."""
