@@ -15,10 +15,19 @@ Prints, per fabric:
   is how that budget is calibrated. Each rate's line starts with the machine speed
   probe read just before it (``fabric/emulation/machine_speed.py``): a
   calibration holds for the probe reading it was made at.
+* cost per packet-hop: with two or more rates, a least-squares line through the
+  cores each part of the machine took (ovs-vswitchd, the agents, softirq, the
+  whole machine) against the fabric's full-load packet-hops/s: what one more
+  thousand packet-hops/s costs, and (``--project K``) what K thousand would
+  take on this machine as it runs now, if the costs stay linear. The parts
+  overlap (kernel work done in a process's context can show in its time and in
+  softirq), so the whole machine's line is the one to read for a total; and
+  ovs-vswitchd forwards in one thread, which no line can take past one core.
 
 Usage::
 
     sudo .venv/bin/python benchmarks/traffic.py [SPEC ...] [--rates 2,3,4.5,6] [--roce-mtu 4096]
+        [--project 44]
 """
 
 from __future__ import annotations
@@ -65,9 +74,53 @@ def single_and_fair(spec: str, workdir: Path) -> None:
                   f"Mbit/s, Jain {jain_fairness(rates):.3f}")
 
 
+CORE_PARTS = ("ovs-vswitchd", "agents", "softirq", "machine")
+
+
+def cost_lines(points: list[tuple[float, dict[str, float]]]) -> dict[str, tuple[float, float]]:
+    """Least-squares lines of each part's cores against thousands of packet-hops/s.
+
+    Parameters
+    ----------
+    points : list of (float, dict)
+        Per run: thousands of full-load packet-hops/s, and the cores each of
+        ``CORE_PARTS`` took.
+
+    Returns
+    -------
+    dict
+        Part -> (cores per thousand packet-hops/s, cores at none); empty when the
+        runs do not span two different loads.
+    """
+    loads = [load for load, _ in points]
+    if len(set(loads)) < 2:
+        return {}
+    return {part: tuple(statistics.linear_regression(loads, [cores[part] for _, cores in points]))
+            for part in CORE_PARTS}
+
+
+def print_costs(points: list[tuple[float, dict[str, float]]], project: float | None) -> None:
+    """Print :func:`cost_lines` (and their value at ``project`` k packet-hops/s)."""
+    lines = cost_lines(points)
+    if not lines:
+        return
+    print(f"  cores per 1 k packet-hops/s (a line through {len(points)} runs; at none): "
+          + ", ".join(f"{part} {slope:+.3f} ({base:.2f})"
+                      for part, (slope, base) in lines.items()))
+    if project is not None:
+        print(f"  extrapolated to {project:g} k packet-hops/s on this machine now: "
+              + ", ".join(f"{part} {base + slope * project:.2f}"
+                          for part, (slope, base) in lines.items())
+              + f" cores of {os.cpu_count()}")
+
+
 def aggregate(spec: str, rate: float, workdir: Path, kind: str,
-              roce_mtu: int = DEFAULT_ROCE_MTU) -> None:
-    """A permutation at ``rate`` per host link: sustained goodput and fidelity."""
+              roce_mtu: int = DEFAULT_ROCE_MTU) -> tuple[float, dict[str, float]] | None:
+    """A permutation at ``rate`` per host link: sustained goodput and fidelity.
+
+    Returns thousands of full-load packet-hops/s and the cores each of
+    ``CORE_PARTS`` took (None when the rate was refused or the run reports no
+    per-part CPU)."""
     graph = topologies.build(spec)
     hosts = [e for e in fg.endpoints(graph) if graph.nodes[e]["role"] == "host"]
     half = len(hosts) // 2
@@ -84,7 +137,7 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
         emu.start()
     except CapacityError as exc:
         print(f"  {rate:5g} Mbit/s per host: refused: {exc}")
-        return
+        return None
     plan = emu.report.rate_plan
     beyond = " (beyond the budget)" if plan.headroom < 1 else ""
     try:
@@ -120,11 +173,14 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
           f"machine CPU {checks['machine_cpu'].value:.0%}, hidden drops "
           f"{checks['hidden_socket_drops'].value}, agent CPU {cpu:.1%} of a core per flow, "
           f"fidelity {verdict}")
+    cores = None
     if "ovs_cpu_cores" in checks:
-        print(f"      cores busy: ovs-vswitchd {checks['ovs_cpu_cores'].value:.2f}, agents "
-              f"{agents:.2f}, softirq {checks['softirq_cores'].value:.2f}, whole machine "
-              f"{checks['machine_cpu'].value * (os.cpu_count() or 1):.2f} of "
-              f"{os.cpu_count()}")
+        cores = dict(zip(CORE_PARTS, (checks["ovs_cpu_cores"].value, agents,
+                                      checks["softirq_cores"].value,
+                                      checks["machine_cpu"].value * (os.cpu_count() or 1))))
+        print(f"      cores busy: ovs-vswitchd {cores['ovs-vswitchd']:.2f}, agents "
+              f"{agents:.2f}, softirq {cores['softirq']:.2f}, whole machine "
+              f"{cores['machine']:.2f} of {os.cpu_count()}")
     if late:
         print(f"      agents' timer wake-ups late by (median over processes) p50 "
               f"{statistics.median(w['p50_ms'] for w in late):.2f} ms, p99 "
@@ -136,6 +192,7 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
         print(f"      {len(processes)} agent processes for {len(result.agents)} hosts; their "
               f"loops woke {wakeups / packets:.2f} times per data packet sent or received "
               f"({wakeups / span / len(processes):.0f} wake-ups/s per process)")
+    return (plan.demand_pkt_hops / 1e3, cores) if cores else None
 
 
 def main() -> None:
@@ -150,14 +207,22 @@ def main() -> None:
                         help="aggregate roce runs: payload bytes per packet "
                              f"(default {DEFAULT_ROCE_MTU})")
     parser.add_argument("--skip-single", action="store_true")
+    parser.add_argument("--project", type=float, metavar="K",
+                        help="also extrapolate the cores per packet-hop to K thousand "
+                             "packet-hops/s (needs two rates or more)")
     args = parser.parse_args()
+    if args.project is not None and not args.project > 0:
+        parser.error("--project must be a positive number of thousands of packet-hops/s")
     workdir = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
     for spec in args.specs:
         print(f"{spec}:")
         if not args.skip_single:
             single_and_fair(spec, workdir / spec)
-        for rate in (float(r) for r in args.rates.split(",")):
-            aggregate(spec, rate, workdir / spec, args.transport, args.roce_mtu)
+        points = [point for point in (aggregate(spec, float(rate), workdir / spec,
+                                                args.transport, args.roce_mtu)
+                                      for rate in args.rates.split(","))
+                  if point is not None]
+        print_costs(points, args.project)
 
 
 if __name__ == "__main__":
