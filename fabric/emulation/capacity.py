@@ -55,7 +55,10 @@ packet), and AF_XDP ports (no sweep, but OVS 3.1 drops frames over ~3.6 kB
 there, so roce could only use 2048-byte payloads, and shaping needs a bridge
 hop per link); see ``benchmarks/datapath.py``. What each iteration costs was
 cut instead (:mod:`fabric.emulation.idle_accept`); the budget was not raised
-for it (measured at half speed only).
+for it (measured at half speed only). What the machine pays per packet-hop
+(``benchmarks/traffic.py --project``), measured at half speed: 0.031-0.034 cores
+per thousand packet-hops/s for the whole machine on top of 0.8-1.0 at none, so
+four times the old flat budget (44 k) would take 2.2-2.5 of its 2 cores.
 
 All these were measured with the machine at full speed. A machine that runs slower
 now (a shared host's busy hour: the same rail-clos stride was unfaithful at 12.5
