@@ -213,14 +213,19 @@ def main() -> None:
     args = parser.parse_args()
     if args.project is not None and not args.project > 0:
         parser.error("--project must be a positive number of thousands of packet-hops/s")
+    try:
+        rates = [float(rate) for rate in args.rates.split(",")]
+    except ValueError:
+        parser.error(f"--rates must be numbers separated by commas, got {args.rates!r}")
+    if not all(rate > 0 for rate in rates):
+        parser.error(f"--rates must be positive, got {args.rates!r}")
     workdir = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
     for spec in args.specs:
         print(f"{spec}:")
         if not args.skip_single:
             single_and_fair(spec, workdir / spec)
-        points = [point for point in (aggregate(spec, float(rate), workdir / spec,
-                                                args.transport, args.roce_mtu)
-                                      for rate in args.rates.split(","))
+        points = [point for point in (aggregate(spec, rate, workdir / spec, args.transport,
+                                                args.roce_mtu) for rate in rates)
                   if point is not None]
         print_costs(points, args.project)
 
