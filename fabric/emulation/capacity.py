@@ -60,7 +60,7 @@ for it (measured at half speed only). What the machine pays per packet-hop
 per thousand packet-hops/s for the whole machine on top of 0.8-1.0 at none, so
 four times the old flat budget (44 k) would take 2.2-2.5 of its 2 cores.
 
-All these were measured with the machine at full speed. A machine that runs slower
+The budget's figures were measured with the machine at full speed. A machine that runs slower
 now (a shared host's busy hour: the same rail-clos stride was unfaithful at 12.5
 Mbit/s, at the edge at 8 and valid at 7) gets a share of the budget: callers pass ``speed`` from
 :func:`fabric.emulation.machine_speed.machine_speed`, which times a small probe.
