@@ -19,7 +19,8 @@ Prints, per fabric:
   cores each part of the machine took (ovs-vswitchd, the agents, softirq, the
   whole machine) against the fabric's full-load packet-hops/s: what one more
   thousand packet-hops/s costs, and (``--project K``) what K thousand would
-  take on this machine as it runs now, if the costs stay linear. The parts
+  take on this machine as it runs now, if the costs stay linear (run rates
+  far apart: run to run the cores vary by a few hundredths). The parts
   overlap (kernel work done in a process's context can show in its time and in
   softirq), so the whole machine's line is the one to read for a total; and
   ovs-vswitchd forwards in one thread, which no line can take past one core.
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -235,3 +237,6 @@ if __name__ == "__main__":
         main()
     except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
         raise SystemExit(f"traffic.py: {exc}")
+    except KeyboardInterrupt:  # the emulation has cleaned up on its way out
+        print("traffic.py: interrupted; cleaned up", file=sys.stderr)
+        raise SystemExit(130) from None
