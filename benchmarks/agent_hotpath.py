@@ -8,7 +8,7 @@ window sends a ``--batch``-packet message in one service call. Each prints the
 CPU time per packet, system calls included (on loopback a send also pays for
 the delivery to the receiving socket).
 
-Compare with ``python -m fabric.agent.bench``, which paces one flow in real
+Compare with ``python -m fabric.agent.local.bench``, which paces one flow in real
 time: the difference is what each wake-up of the loop costs (waiting, being
 scheduled, running the code again with cold caches).
 """
@@ -20,11 +20,11 @@ import socket
 import sys
 import time
 
-from fabric.agent import bth
-from fabric.agent.local import loopback_hosts
-from fabric.agent.loop import EventLoop
-from fabric.agent.records import SEND, TransferRecord
-from fabric.agent.roce import RoceEngine
+from fabric.agent.core.loop import EventLoop
+from fabric.agent.core.records import SEND, TransferRecord
+from fabric.agent.local.processes import loopback_hosts
+from fabric.agent.roce import bth
+from fabric.agent.roce.engine import RoceEngine
 from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_MTUS, Transfer, TransportSpec
 
 

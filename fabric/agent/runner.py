@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from fabric.agent import addressing, netstat
-from fabric.agent.loop import EventLoop, lateness_summary
+from fabric.agent.core.loop import EventLoop, lateness_summary
 from fabric.agent.netns import Namespace
-from fabric.agent.records import RECV, SEND, TransferRecord
-from fabric.agent.roce import RoceConfig, RoceEngine, qpn_for
-from fabric.agent.tcp import TcpConfig, TcpEngine
+from fabric.agent.core.records import RECV, SEND, TransferRecord
+from fabric.agent.roce.engine import RoceConfig, RoceEngine, qpn_for
+from fabric.agent.tcp.engine import TcpConfig, TcpEngine
 from fabric.traffic.model import Plan, ScheduleError, source_ports, validate_schedule
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -387,6 +387,60 @@ def _await_start() -> tuple[float | None, str]:
         return None, line
 
 
+def _catch_termination() -> dict[int, Any]:
+    """Make SIGTERM and SIGINT raise :class:`_Terminated` (on the main thread only, where
+    Python runs signal handlers); return the handlers they had."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} \
+        if threading.current_thread() is threading.main_thread() else {}
+    for sig in previous:
+        signal.signal(sig, _raise_terminated)
+    return previous
+
+
+def _pass_start_gate(running: list[Agent], start_at: float) -> tuple[list[Agent], float]:
+    """Take the common start time from the launcher: the agents that run and when they
+    start (none when it sent no time, each then failing with the line it got)."""
+    gate, line = _await_start()
+    if gate is None:
+        for agent in running:
+            agent.errors.append(f"no start time from the launcher (got {line.strip()!r})")
+        return [], start_at
+    return running, gate
+
+
+def _run_loop(loop: EventLoop, agents: list[Agent], running: list[Agent],
+              start_at: float) -> None:
+    """Arm the agents that run for ``start_at`` and run the loop until all are done."""
+    # setup (sockets, port pools) is its own figure: cpu_s is the traffic's
+    setup_cpu = time.process_time()
+    for agent in agents:
+        agent._setup_cpu = agent._cpu0 = setup_cpu
+    for agent in running:
+        agent.arm(start_at)
+
+    def stop_when_done(_now: float) -> None:
+        if all(agent.done for agent in running):
+            loop.stop()
+
+    loop.add_service(stop_when_done)  # after the agents': it sees this round's
+    loop.run()
+
+
+def _wind_up(loop: EventLoop, agents: list[Agent], outs: Mapping[str, Path | None]) -> None:
+    """Take the agents' counters, close every socket, write each result."""
+    for agent in agents:
+        agent.finish()
+    loop.close()  # first: one close of the epoll set drops every socket's registration
+    for agent in agents:
+        agent.close()
+    for agent in agents:
+        out = outs.get(agent.host)
+        if out is not None:
+            tmp = out.with_name(out.name + ".tmp")
+            tmp.write_text(json.dumps(agent.result(), indent=1))
+            tmp.replace(out)  # readers never see half a file
+
+
 def run_agents(agents: list[Agent], outs: Mapping[str, Path | None],
                start_gate: bool = False) -> int:
     """Run agents that share one event loop to completion or deadline.
@@ -419,53 +473,21 @@ def run_agents(agents: list[Agent], outs: Mapping[str, Path | None],
     start_at = agents[0].plan.start_at if agents[0].plan.start_at > 0 else now
     for agent in agents:
         agent.started_at, agent.start_at, agent.process_hosts = now, start_at, len(agents)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} \
-        if threading.current_thread() is threading.main_thread() else {}
-    for sig in previous:
-        signal.signal(sig, _raise_terminated)
+    previous = _catch_termination()
     _raise_fd_limit()  # packet entropy holds entropy_ports sockets per host and peer
     try:
         running = [agent for agent in agents if agent.prepare()]
         if running and start_gate:
-            gate, line = _await_start()
-            if gate is None:
-                for agent in running:
-                    agent.errors.append(f"no start time from the launcher "
-                                        f"(got {line.strip()!r})")
-                running = []
-            else:
-                start_at = gate
+            running, start_at = _pass_start_gate(running, start_at)
         if running:
-            # setup (sockets, port pools) is its own figure: cpu_s is the traffic's
-            setup_cpu = time.process_time()
-            for agent in agents:
-                agent._setup_cpu = agent._cpu0 = setup_cpu
-            for agent in running:
-                agent.arm(start_at)
-
-            def stop_when_done(_now: float) -> None:
-                if all(agent.done for agent in running):
-                    loop.stop()
-
-            loop.add_service(stop_when_done)  # after the agents': it sees this round's
-            loop.run()
+            _run_loop(loop, agents, running, start_at)
     except _Terminated:
         for agent in agents:
             agent._fail_unfinished("agent terminated by a signal")
     finally:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # finish the reports first
-        for agent in agents:
-            agent.finish()
-        loop.close()  # first: one close of the epoll set drops every socket's registration
-        for agent in agents:
-            agent.close()
-        for agent in agents:
-            out = outs.get(agent.host)
-            if out is not None:
-                tmp = out.with_name(out.name + ".tmp")
-                tmp.write_text(json.dumps(agent.result(), indent=1))
-                tmp.replace(out)  # readers never see half a file
+        _wind_up(loop, agents, outs)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return EXIT_OK if all(agent.succeeded for agent in agents) else EXIT_FAILED

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fabric.agent import addressing, netstat
-from fabric.agent.local import launch, loopback_hosts, run_plan
+from fabric.agent.local.processes import launch, loopback_hosts, run_plan
 from fabric.agent.runner import Agent
 from fabric.traffic.model import Plan, Transfer, TransportSpec
 

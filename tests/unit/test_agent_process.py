@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric.agent.local import loopback_hosts
+from fabric.agent.local.processes import loopback_hosts
 from fabric.agent.netns import Namespace
 from fabric.agent.runner import per_process
 from fabric.emulation.traffic import agent_groups, agent_sockets, place_agent

@@ -9,9 +9,9 @@ import struct
 import time
 from pathlib import Path
 
-from fabric.agent import framing
-from fabric.agent.local import loopback_hosts, run_plan
-from fabric.agent.tcpinfo import SIZE, U32_FIELDS, parse_tcp_info, tcp_info
+from fabric.agent.local.processes import loopback_hosts, run_plan
+from fabric.agent.tcp import framing
+from fabric.agent.tcp.tcpinfo import SIZE, U32_FIELDS, parse_tcp_info, tcp_info
 from fabric.traffic.model import (Plan, Transfer, TransportSpec, source_ports,
                                   tcp_connection_keys)
 

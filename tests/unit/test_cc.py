@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from fabric.agent.bth import DATA_OVERHEAD, Ack
-from fabric.agent.cc import (DcqcnControl, DcqcnParams, LossControl, SwiftControl, SwiftParams,
-                             make_control)
-from fabric.agent.roce_send import CcConfig, SendQP
+from fabric.agent.roce.bth import DATA_OVERHEAD, Ack
+from fabric.agent.roce.cc import (DcqcnControl, DcqcnParams, LossControl, SwiftControl,
+                                  SwiftParams, make_control)
+from fabric.agent.roce.send import CcConfig, SendQP
 
 PKT = 0.004  # a packet time: 1458 bytes at ~3 Mbit/s
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.agent import bth
-from fabric.agent.entropy import EntropyChoice
-from fabric.agent.roce_recv import RecvQP
+from fabric.agent.roce import bth
+from fabric.agent.roce.entropy import EntropyChoice
+from fabric.agent.roce.recv import RecvQP
 from fabric.traffic.model import ScheduleError, TransportSpec
 
 PORTS = [5000, 5001, 5002, 5003]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from fabric.agent.loop import EventLoop, lateness_summary
+from fabric.agent.core.loop import EventLoop, lateness_summary
 
 
 def test_timer_wake_ups_are_measured_and_never_early() -> None:

@@ -16,14 +16,14 @@ from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
-from fabric.agent import bth
-from fabric.agent.impair import Impairment, ImpairmentProxy
-from fabric.agent.local import loopback_hosts, run_plan, spare_address
-from fabric.agent.loop import EventLoop
-from fabric.agent.records import RECV, SEND, TransferRecord
-from fabric.agent.roce import CE, ECT0, RoceEngine
-from fabric.agent.roce_recv import RecvQP
-from fabric.agent.roce_send import SendQP
+from fabric.agent.core.loop import EventLoop
+from fabric.agent.core.records import RECV, SEND, TransferRecord
+from fabric.agent.local.impair import Impairment, ImpairmentProxy
+from fabric.agent.local.processes import loopback_hosts, run_plan, spare_address
+from fabric.agent.roce import bth
+from fabric.agent.roce.engine import CE, ECT0, RoceEngine
+from fabric.agent.roce.recv import RecvQP
+from fabric.agent.roce.send import SendQP
 from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec, source_ports
 
 
@@ -225,8 +225,8 @@ def test_delay_and_completion_are_measured_at_arrival_not_when_the_loop_reads():
 def test_the_nic_clock_stamps_a_burst_a_packet_time_apart(monkeypatch):
     """Packets handed over together leave the shaped NIC one after the other: each is
     stamped with its own departure, and an idle NIC sends at once (on a fake clock)."""
-    from fabric.agent import roce
-    from fabric.agent.pacing import TokenBucket
+    from fabric.agent.roce import engine as roce
+    from fabric.agent.roce.pacing import TokenBucket
 
     clock = [100.0]
     monkeypatch.setattr(roce.time, "monotonic", lambda: clock[0])
@@ -239,7 +239,7 @@ def test_the_nic_clock_stamps_a_burst_a_packet_time_apart(monkeypatch):
 
 
 def test_a_bucket_is_ready_when_its_balance_exceeds_the_reserve():
-    from fabric.agent.pacing import TokenBucket
+    from fabric.agent.roce.pacing import TokenBucket
 
     bucket = TokenBucket(1000.0, 5000.0, 0.0)  # 1000 bytes/s
     bucket.spend(5300)                          # balance -300
@@ -253,7 +253,7 @@ def test_a_bucket_is_ready_when_its_balance_exceeds_the_reserve():
 def test_a_pacer_out_of_tokens_wakes_when_wake_packets_may_go(wake_packets):
     """Each timer wake-up of the loop sends ``wake_packets`` packets (not one): the engine
     asks to be woken when the bucket holds that many, and then sends them."""
-    from fabric.agent.roce import RoceConfig
+    from fabric.agent.roce.engine import RoceConfig
 
     hosts = loopback_hosts(["a", "b"])
     src, dst = _ip(hosts, "a"), _ip(hosts, "b")
@@ -370,7 +370,7 @@ def test_packets_nobody_acknowledges_are_resent_on_the_timeout():
 
 
 def test_a_wake_quantum_below_one_packet_is_refused():
-    from fabric.agent.roce import RoceConfig
+    from fabric.agent.roce.engine import RoceConfig
 
     loop = EventLoop()
     try:
@@ -383,7 +383,7 @@ def test_a_wake_quantum_below_one_packet_is_refused():
 
 def test_arrival_reads_the_kernel_stamp_and_the_ce_mark():
     """Ancillary data as recvmsg returns it: a wall-clock stamp becomes monotonic time."""
-    from fabric.agent.roce import SO_TIMESTAMPNS, _arrival
+    from fabric.agent.roce.engine import SO_TIMESTAMPNS, _arrival
 
     stamp = struct.pack("qq", 1_000, 500)  # 1000 s + 500 ns, wall clock
     offset = 400 * 10**9                   # wall minus monotonic

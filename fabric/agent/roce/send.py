@@ -14,7 +14,7 @@ when the receiver reports duplicates (a retransmission was spurious) or when
 an original arrives after it was declared lost (before its repair left).
 Only lost packets are sent again (selective repeat).
 
-The window (packets) is moved by a controller from :mod:`fabric.agent.cc`:
+The window (packets) is moved by a controller from :mod:`fabric.agent.roce.cc`:
 on every ACK (with the one-way delay it reports) and on a loss episode, at
 most once per RTT. A cut whose every loss proves to be reordering is undone.
 Below one packet the window is a pacing gap: one packet in flight, sent
@@ -32,8 +32,8 @@ from array import array
 from collections import deque
 from dataclasses import dataclass
 
-from fabric.agent.bth import DATA_OVERHEAD, MAX_BITMAP_BYTES, Ack, data_opcode, unwrap
-from fabric.agent.cc import Control, DcqcnControl, LossControl
+from fabric.agent.roce.bth import DATA_OVERHEAD, MAX_BITMAP_BYTES, Ack, data_opcode, unwrap
+from fabric.agent.roce.cc import Control, DcqcnControl, LossControl
 
 UNSENT, IN_FLIGHT, LOST, ACKED = 0, 1, 2, 3
 # New packets go out only within this many PSNs of the oldest unacked one,

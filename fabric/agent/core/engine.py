@@ -5,14 +5,14 @@ from __future__ import annotations
 import socket
 from typing import Any, Callable, Mapping
 
-from fabric.agent.loop import EventLoop
-from fabric.agent.records import TransferRecord
+from fabric.agent.core.loop import EventLoop
+from fabric.agent.core.records import TransferRecord
 from fabric.traffic.model import TransportSpec
 
 
 class Engine:
-    """Common state of :class:`~fabric.agent.tcp.TcpEngine` and
-    :class:`~fabric.agent.roce.RoceEngine`.
+    """Common state of :class:`~fabric.agent.tcp.engine.TcpEngine` and
+    :class:`~fabric.agent.roce.engine.RoceEngine`.
 
     Parameters
     ----------

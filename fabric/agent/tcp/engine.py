@@ -21,11 +21,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from fabric.agent import framing
-from fabric.agent.engine import Engine
-from fabric.agent.loop import EventLoop
-from fabric.agent.records import TransferRecord
-from fabric.agent.tcpinfo import tcp_info
+from fabric.agent.core.engine import Engine
+from fabric.agent.core.loop import EventLoop
+from fabric.agent.core.records import TransferRecord
+from fabric.agent.tcp import framing
+from fabric.agent.tcp.tcpinfo import tcp_info
 from fabric.traffic.model import TCP_DATA_PORT, TransportSpec
 
 READ, WRITE = 1, 2  # selectors.EVENT_READ, EVENT_WRITE
@@ -131,7 +131,7 @@ class TcpEngine(Engine):
         This host's part of :func:`fabric.traffic.model.source_ports`:
         connection key -> ``(port,)``. Missing: an ephemeral port.
     open_socket : callable, optional
-        How sockets are opened (see :class:`~fabric.agent.engine.Engine`).
+        How sockets are opened (see :class:`~fabric.agent.core.engine.Engine`).
     """
 
     def __init__(self, loop: EventLoop, spec: TransportSpec, addresses: list[str],

@@ -20,6 +20,9 @@ from typing import Any, Iterable, Sequence
 
 from fabric.traffic.model import Plan
 
+# the directory that holds the fabric package: the agents it starts import this copy
+SOURCE_ROOT = Path(__file__).resolve().parents[3]
+
 
 @dataclass
 class AgentRun:
@@ -68,7 +71,7 @@ def launch(plan: Plan, hosts: Iterable[str], workdir: Path,
     plan_path = workdir / "plan.json"
     plan.save(plan_path)
     procs: dict[str, subprocess.Popen] = {}
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]) + os.pathsep
+    env = dict(os.environ, PYTHONPATH=str(SOURCE_ROOT) + os.pathsep
                + os.environ.get("PYTHONPATH", ""))
     for host in hosts:
         procs[host] = subprocess.Popen(

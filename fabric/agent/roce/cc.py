@@ -2,7 +2,7 @@
 
 A controller only changes the window (in packets); loss detection, the once-
 per-RTT gate of loss cuts and their undo stay with the queue pair
-(:mod:`fabric.agent.roce_send`). Two algorithms:
+(:mod:`fabric.agent.roce.send`). Two algorithms:
 
 ``loss``
     AIMD: +1 packet per RTT's worth of ACKs, halved on loss. Queues fill

@@ -1,8 +1,8 @@
 """Measure one RoCE flow between two local agents: goodput, CPU, repairs.
 
-``python -m fabric.agent.bench --rate 20 --seconds 2 [--entropy packet]
+``python -m fabric.agent.local.bench --rate 20 --seconds 2 [--entropy packet]
 [--loss 0.05 --hold 0.5 --delay-ms 4]`` runs a sender and a receiver agent on
-fresh loopback addresses (optionally through :mod:`fabric.agent.impair`) and
+fresh loopback addresses (optionally through :mod:`fabric.agent.local.impair`) and
 prints goodput against the configured rate and each agent's CPU use per
 Mbit/s and per data packet it sent or received. Loopback only: nothing
 leaves the machine.
@@ -15,15 +15,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from fabric.agent.bth import DATA_OVERHEAD
-from fabric.agent.impair import Impairment, ImpairmentProxy
-from fabric.agent.local import loopback_hosts, run_plan, spare_address
+from fabric.agent.local.impair import Impairment, ImpairmentProxy
+from fabric.agent.local.processes import loopback_hosts, run_plan, spare_address
+from fabric.agent.roce.bth import DATA_OVERHEAD
 from fabric.traffic.model import DEFAULT_ROCE_MTU, ENTROPY, ROCE_MTUS, Plan, Transfer, TransportSpec
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the measurement and print one line per agent; return 0 on success."""
-    parser = argparse.ArgumentParser(prog="python -m fabric.agent.bench")
+    parser = argparse.ArgumentParser(prog="python -m fabric.agent.local.bench")
     parser.add_argument("--rate", type=float, default=20.0, help="Mbit/s (wire)")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--entropy", choices=ENTROPY, default="packet")

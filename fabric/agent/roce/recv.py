@@ -1,6 +1,6 @@
 """Responder side of one RoCE queue pair: accept any order, deliver once, ACK.
 
-Pure logic like :mod:`fabric.agent.roce_send`. Packets may arrive in any
+Pure logic like :mod:`fabric.agent.roce.send`. Packets may arrive in any
 order (spraying); each PSN is delivered once, later copies are counted as
 duplicates, and a packet arriving after a higher PSN counts as out of order.
 An ACK is due after every ``ack_every`` new packets, on a packet with the
@@ -23,7 +23,8 @@ in the next ACK when it arrived without queueing: its one-way delay at most
 
 from __future__ import annotations
 
-from fabric.agent.bth import ACK_KIND, MAX_BITMAP_BYTES, MAX_ECHO, PSN_MASK, ack_packet, unwrap
+from fabric.agent.roce.bth import (ACK_KIND, MAX_BITMAP_BYTES, MAX_ECHO, PSN_MASK, ack_packet,
+                                   unwrap)
 
 _BITS = bytes.maketrans(b"\x00\x01", b"01")
 

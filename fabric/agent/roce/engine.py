@@ -42,15 +42,15 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from fabric.agent import bth
-from fabric.agent.cc import SwiftParams, make_control
-from fabric.agent.engine import Engine
-from fabric.agent.entropy import EntropyChoice
-from fabric.agent.loop import EventLoop
-from fabric.agent.pacing import TokenBucket, bucket_for
-from fabric.agent.records import TransferRecord
-from fabric.agent.roce_recv import RecvQP
-from fabric.agent.roce_send import CcConfig, SendQP
+from fabric.agent.core.engine import Engine
+from fabric.agent.core.loop import EventLoop
+from fabric.agent.core.records import TransferRecord
+from fabric.agent.roce import bth
+from fabric.agent.roce.cc import SwiftParams, make_control
+from fabric.agent.roce.entropy import EntropyChoice
+from fabric.agent.roce.pacing import TokenBucket, bucket_for
+from fabric.agent.roce.recv import RecvQP
+from fabric.agent.roce.send import CcConfig, SendQP
 from fabric.traffic.model import ROCE_PORT, TransportSpec
 
 _BTH = struct.Struct("!BBHII")
@@ -223,7 +223,7 @@ class RoceEngine(Engine):
         This host's part of :func:`fabric.traffic.model.source_ports`:
         ``("roce", transfer id) -> ports``. Missing: ephemeral ports.
     open_socket : callable, optional
-        How sockets are opened (see :class:`~fabric.agent.engine.Engine`).
+        How sockets are opened (see :class:`~fabric.agent.core.engine.Engine`).
     """
 
     def __init__(self, loop: EventLoop, spec: TransportSpec, addresses: list[str],
@@ -234,23 +234,7 @@ class RoceEngine(Engine):
                  open_socket: Callable[[int, int], socket.socket] = socket.socket) -> None:
         super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports,
                          open_socket)
-        rate = spec.rate_mbps or UNPLANNED_RATE_MBPS
-        # one full-size data packet's time on the wire at the emulated host rate
-        self.packet_time = (spec.mtu_payload + bth.DATA_OVERHEAD) * 8 / (rate * 1e6)
-        self.line_rate = rate * 1e6 / 8  # bytes/s, counted as the pacer counts them
-        self.ecn = spec.cc == "dcqcn"
-        timers = config.timers
-        self.qp_cc = replace(config.cc, min_rto_s=timers.min_rto * self.packet_time,
-                             init_rto_s=timers.min_rto * self.packet_time,
-                             max_rto_s=timers.max_rto * self.packet_time,
-                             min_reorder_s=timers.min_reorder * self.packet_time)
-        self.ack_delay_s = timers.ack_delay * self.packet_time
-        if config.wake_packets < 1:
-            raise ValueError(f"wake_packets must be at least 1, got {config.wake_packets}")
-        # a full-size data packet as the pacer charges it (DATA_OVERHEAD has the
-        # Ethernet, IPv4 and UDP headers already)
-        self._wire_packet = spec.mtu_payload + bth.DATA_OVERHEAD
-        self._wake_reserve = (config.wake_packets - 1) * self._wire_packet
+        self._scale_to_rate(spec, config)
         self.listeners: dict[str, socket.socket] = {}
         self.pacers: dict[str, _Pacer] = {}
         self.senders: dict[int, _Sender] = {}
@@ -278,15 +262,39 @@ class RoceEngine(Engine):
         self._connections: dict[tuple, tuple] = {}
         # qpn -> (arrival, send) wall-clock pairs of newly delivered packets, flattened
         self.arrivals: dict[int, array] | None = {} if spec.timeline else None
-        size = bth.BTH_LEN + spec.mtu_payload + 3 + bth.ICRC_LEN
-        self._tx = bytearray(size)  # header rewritten per packet; payload and ICRC stay zero
-        self._txview = memoryview(self._tx)
-        self._rx = bytearray(65536)
-        self._rxview = memoryview(self._rx)
+        self._allocate_buffers(spec.mtu_payload)
         self.unknown_qp = 0
         self.bad_packets = 0
         self.send_errors = 0
         self.icmp_errors = 0
+
+    def _scale_to_rate(self, spec: TransportSpec, config: RoceConfig) -> None:
+        """Set the packet time, line rate and the timers in seconds at the plan's rate."""
+        rate = spec.rate_mbps or UNPLANNED_RATE_MBPS
+        # one full-size data packet's time on the wire at the emulated host rate
+        self.packet_time = (spec.mtu_payload + bth.DATA_OVERHEAD) * 8 / (rate * 1e6)
+        self.line_rate = rate * 1e6 / 8  # bytes/s, counted as the pacer counts them
+        self.ecn = spec.cc == "dcqcn"
+        timers = config.timers
+        self.qp_cc = replace(config.cc, min_rto_s=timers.min_rto * self.packet_time,
+                             init_rto_s=timers.min_rto * self.packet_time,
+                             max_rto_s=timers.max_rto * self.packet_time,
+                             min_reorder_s=timers.min_reorder * self.packet_time)
+        self.ack_delay_s = timers.ack_delay * self.packet_time
+        if config.wake_packets < 1:
+            raise ValueError(f"wake_packets must be at least 1, got {config.wake_packets}")
+        # a full-size data packet as the pacer charges it (DATA_OVERHEAD has the
+        # Ethernet, IPv4 and UDP headers already)
+        self._wire_packet = spec.mtu_payload + bth.DATA_OVERHEAD
+        self._wake_reserve = (config.wake_packets - 1) * self._wire_packet
+
+    def _allocate_buffers(self, mtu_payload: int) -> None:
+        """The send buffer of the largest data packet and the receive buffer, made once."""
+        size = bth.BTH_LEN + mtu_payload + 3 + bth.ICRC_LEN
+        self._tx = bytearray(size)  # header rewritten per packet; payload and ICRC stay zero
+        self._txview = memoryview(self._tx)
+        self._rx = bytearray(65536)
+        self._rxview = memoryview(self._rx)
 
     # -- setup -------------------------------------------------------------------------
     def _udp_socket(self, tos: int) -> socket.socket:
@@ -624,6 +632,14 @@ class RoceEngine(Engine):
         if not self._dirty and (self._due is None or now < self._due):
             return self._due
         self._dirty = False
+        wake = self._run_loss_timers(now)
+        wake = self._pace(now, wake)
+        wake = self._send_due_acks(now, wake)
+        self._due = wake
+        return wake
+
+    def _run_loss_timers(self, now: float) -> float | None:
+        """Fire the senders' due loss timers; return the earliest deadline left."""
         wake: float | None = None
         for sender in list(self._active.values()):
             if sender.record.finished:  # failed by the runner (deadline)
@@ -640,6 +656,11 @@ class RoceEngine(Engine):
                 due = qp.deadline()
             if due is not None and (wake is None or due < wake):
                 wake = due
+        return wake
+
+    def _pace(self, now: float, wake: float | None) -> float | None:
+        """Send what each NIC's tokens and its senders' windows allow; return ``wake``
+        or, if earlier, when a NIC or a sender can go on."""
         sent: set[_Sender] = set()
         for pacer in self.pacers.values():
             active = pacer.active
@@ -682,6 +703,10 @@ class RoceEngine(Engine):
             due = sender.qp.deadline()
             if due is not None and (wake is None or due < wake):
                 wake = due
+        return wake
+
+    def _send_due_acks(self, now: float, wake: float | None) -> float | None:
+        """Send the delayed ACKs that are due; return ``wake`` or the next one, if earlier."""
         for qp in list(self._ack_pending.values()):
             due = qp.ack_due()
             if due is None:
@@ -690,7 +715,6 @@ class RoceEngine(Engine):
                 self._send_ack(qp)
             elif wake is None or due < wake:
                 wake = due
-        self._due = wake
         return wake
 
     def linger_until(self) -> float | None:
