@@ -10,6 +10,7 @@ emulation reads to know routes are in place (``.status_path``).
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import json
@@ -19,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+
+from controllers import ryu_compat
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -58,12 +61,41 @@ def parse_app_spec(text: str) -> AppSpec:
     return AppSpec(module, class_name)
 
 
+def _module_dir(module: str) -> Path | None:
+    try:
+        found = importlib.util.find_spec(module)
+    except Exception:  # importing the module itself reports what is wrong
+        return None
+    if found is None or not found.has_location or not found.origin:
+        return None
+    return Path(found.origin).parent
+
+
+def _install_ryu_layer(spec: AppSpec) -> bool:
+    """Put Ryu's module paths on os-ken in place for ``spec``'s app, with ``ryu.app.NAME``
+    beside it (False: a real Ryu is importable and left alone)."""
+    if spec.is_file:
+        return ryu_compat.install(Path(spec.module).parent)
+    # finding a module's file imports its parent packages, which may use ryu.* already
+    return ryu_compat.install(None) and ryu_compat.install(_module_dir(spec.module))
+
+
+def _ryu_note(ryu_on_os_ken: bool) -> str:
+    if ryu_on_os_ken:
+        return ""
+    return (f" (the Ryu at {ryu_compat.real_ryu()} was left alone: the app imports it, "
+            "not Ryu's module paths on os-ken)")
+
+
 def _import(spec: AppSpec) -> ModuleType:
+    # a user's app, and only a user's app, gets ryu.*: before its module runs
+    ryu_on_os_ken = _install_ryu_layer(spec)
     if not spec.is_file:
         try:
             return importlib.import_module(spec.module)
         except ImportError as exc:
-            raise AppSpecError(f"cannot import {spec.module}: {exc}") from None
+            raise AppSpecError(f"cannot import {spec.module}: {exc}{_ryu_note(ryu_on_os_ken)}"
+                               ) from None
     name = f"fabric_user_app_{Path(spec.module).stem}"
     if name in sys.modules:
         return sys.modules[name]
@@ -77,7 +109,7 @@ def _import(spec: AppSpec) -> ModuleType:
     except Exception as exc:
         del sys.modules[name]
         raise AppSpecError(f"{spec.module} failed to load: {type(exc).__name__}: {exc}"
-                           ) from None
+                           f"{_ryu_note(ryu_on_os_ken)}") from None
     return module
 
 
@@ -91,6 +123,17 @@ def load_app_class(spec: AppSpec) -> type:
     if not (isinstance(cls, type) and issubclass(cls, OSKenApp)):
         raise AppSpecError(f"{spec} is not an os-ken app (a subclass of OSKenApp)")
     return cls
+
+
+def app_spec_argument(text: str) -> str:
+    """An argparse type: ``text`` names an app whose class imports and is an os-ken app
+    (checked before anything is brought up); its spec, with a file's path made absolute."""
+    try:
+        spec = parse_app_spec(text)
+        load_app_class(spec)
+    except AppSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return str(spec)
 
 
 def write_plain_status(path: Path, spec: str) -> None:

@@ -1,10 +1,11 @@
 """A classic Ryu-style app, unchanged: an OpenFlow 1.3 learning switch.
 
 Written against Ryu's module paths (``ryu.*``, ``RyuApp``), as the field's
-tutorials write them; fabric's ``ryu`` compatibility package runs it on
-os-ken. It learns which port each MAC address sits behind, floods what it has
-not learned yet and installs a flow once it knows both ends, so it only suits
-loop-free fabrics (for example ``leaf-spine,spines=1``)::
+tutorials write them; fabric maps them onto os-ken when it loads the app
+(:mod:`controllers.ryu_compat`). It learns which port each MAC address sits
+behind, floods what it has not learned yet and installs a flow once it knows
+both ends, so it only suits loop-free fabrics (for example
+``leaf-spine,spines=1``)::
 
     sudo fabric up leaf-spine,spines=1 \
         --controller-app examples/ryu_learning_switch.py:LearningSwitch13

@@ -72,7 +72,7 @@ class AppConnection:
         and calls ``app_cls()``, as os-ken's app manager would. Apps that do
         not read ``controllers.runtime`` can simply be instantiated.
         """
-        from controllers import runtime  # lazy: fabric's own apps only
+        from fabric.routing import runtime
         from fabric.routing.config import ControllerConfig
 
         runtime.configure(runtime.RuntimeConfig(self.graph, status_path,
@@ -324,9 +324,14 @@ class AppConnection:
         if dp is None:
             return
         p = dp.ofproto_parser
+        match = p.OFPMatch(in_port=in_port)
         msg = p.OFPPacketIn(dp, buffer_id=ofp.OFP_NO_BUFFER, total_len=len(data),
                             reason=reason, table_id=table_id, cookie=cookie,
-                            match=p.OFPMatch(in_port=in_port), data=bytes(data))
+                            match=match, data=bytes(data))
+        # the length a switch's message has (apps compare it with total_len): header,
+        # fixed fields, the padded match, two bytes of pad, the frame
+        msg.msg_len = dp.ofproto.OFP_PACKET_IN_SIZE - dp.ofproto.OFP_MATCH_SIZE + \
+            match.serialize(bytearray(), 0) + 2 + len(data)
         dp.set_xid(msg)
         self.deliver(ofp_event.EventOFPPacketIn(msg))
 

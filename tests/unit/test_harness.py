@@ -823,3 +823,27 @@ def test_flow_timeouts_run_on_the_harness_clock_and_report_removals(fabric):
     assert app.seen[-1] == ("removed", dpid, ofp.OFPRR_DELETE, 40, 0)
     with pytest.raises(ValueError):
         fabric.advance(-1)
+
+
+def test_a_packet_in_has_the_length_a_switch_would_give_it():
+    """Ryu's tutorial switch compares ``msg_len`` with ``total_len`` on every packet-in."""
+    from os_ken.controller import ofp_event
+    from os_ken.controller.handler import MAIN_DISPATCHER, set_ev_cls
+    from os_ken.base.app_manager import OSKenApp
+
+    import topologies
+    from fabric.testing import FakeFabric
+
+    class Recorder(OSKenApp):
+        seen: list = []
+
+        @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+        def on_packet_in(self, ev):
+            self.seen.append(ev.msg)
+
+    fabric = FakeFabric(topologies.build("leaf-spine,spines=1"))
+    fabric.connect(Recorder())
+    frame = bytes(fabric.packet("l0h0", "l1h1"))
+    fabric.packet_in("l0", 1, frame)
+    (msg,) = Recorder.seen
+    assert msg.total_len == len(frame) and msg.msg_len >= msg.total_len + 24
