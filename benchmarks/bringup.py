@@ -14,9 +14,9 @@ import statistics
 import time
 
 import topologies
-from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.reachability import check_all_pairs
+from fabric.errors import UserError
 
 
 def main() -> None:
@@ -51,5 +51,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
+    except UserError as exc:  # a rate it cannot emulate, not root, ...: no traceback
         raise SystemExit(f"bringup.py: {exc}")

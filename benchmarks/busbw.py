@@ -4,7 +4,7 @@ A ring all-reduce moves its buffer in 2(N-1) dependent steps: each waits for the
 previous step's last packet to cross the fabric. Small buffers are therefore
 latency-bound and large ones bandwidth-bound; nccl-tests users read busbw off the
 plateau. This prints, per buffer size (in seconds of the host link at line rate,
-the unit of ``experiments/collisions.py``'s ``BUFFER_S``), on one bring-up:
+the unit of ``fabric/traffic/workloads.py``'s ``BUFFER_S``), on one bring-up:
 
 * busbw as a share of the host line rate, beside the per-run ideal (a perfect
   transport on the paths the run used, steps chained in the model) and the
@@ -38,17 +38,16 @@ from pathlib import Path
 from typing import Any
 
 import topologies
-from experiments.collisions import (ENTROPY_PORTS, ONE_FLOW_PATTERNS, norm_throughput,
-                                    pattern_transfers, uplink_shares)
-from fabric.analysis.report import ideal_spans
+from fabric.analysis.report import ideal_spans, uplink_shares
 from fabric.argtypes import integer, positive_number
-from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.emulation.traffic import build_plan, run_plan
+from fabric.errors import UserError
 from fabric.traffic import collectives, ideal
-from fabric.traffic.model import CONGESTION_CONTROLS, TransportSpec
+from fabric.traffic.model import CONGESTION_CONTROLS, SPRAY_ENTROPY_PORTS, TransportSpec
 from fabric.traffic.placement import rank_hosts
+from fabric.traffic.workloads import ONE_FLOW_PATTERNS, norm_throughput, pattern_transfers
 
 COLLECTIVES = ("ring-allreduce", "all-gather", "reduce-scatter", "all-to-all")
 PATTERNS = ONE_FLOW_PATTERNS + COLLECTIVES
@@ -167,8 +166,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="rank placement, permutation")
     parser.add_argument("--spray-entropy", choices=("packet", "recycle"), default="recycle",
                         help="how spraying senders pick source ports (as collisions)")
-    parser.add_argument("--entropy-ports", type=integer(1, 1024), default=ENTROPY_PORTS,
-                        help=f"source ports per spraying sender (default {ENTROPY_PORTS}, "
+    parser.add_argument("--entropy-ports", type=integer(1, 1024), default=SPRAY_ENTROPY_PORTS,
+                        help=f"source ports per spraying sender (default {SPRAY_ENTROPY_PORTS}, "
                              f"as collisions)")
     parser.add_argument("--host-mbps", type=positive_number(),
                         help="host link rate (default: what collisions would pick)")
@@ -197,5 +196,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except user_errors() as exc:  # not root, a rate it cannot emulate, ...: no traceback
+    except UserError as exc:  # not root, a rate it cannot emulate, ...: no traceback
         raise SystemExit(f"busbw.py: {exc}")

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import topologies
 from fabric import argtypes
-from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions, ecn
 from fabric.emulation.network import tcp_congestion_controls
 from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
 from fabric.emulation.traffic import build_plan, run_plan
+from fabric.errors import UserError
 from fabric.model import graph as fg
 from fabric.traffic import ideal
 from fabric.traffic.metrics import jain_fairness, percentile
@@ -194,5 +194,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
+    except UserError as exc:  # a rate it cannot emulate, not root, ...: no traceback
         raise SystemExit(f"cc.py: {exc}")

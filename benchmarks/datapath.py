@@ -54,7 +54,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from fabric.emulation import runstate, system
+from fabric.emulation import runstate
+from fabric.host import system
 
 PREFIX = "dpb"  # every name this benchmark makes starts with it
 LINK_NS = f"{PREFIX}-links"

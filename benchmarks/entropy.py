@@ -28,14 +28,15 @@ import tempfile
 from pathlib import Path
 
 import topologies
-from experiments import collisions
 from fabric import argtypes
-from experiments.common import fidelity_of, idle_check, traffic_run
-from fabric.analysis.report import ideal_spans
-from fabric.cli import user_errors
+from fabric.analysis.report import ideal_spans, uplink_shares
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.machine_speed import default_host_mbps
+from fabric.errors import UserError
+from fabric.experiment.checks import fidelity_of
+from fabric.experiment.loop import idle_check, traffic_run
 from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, TransportSpec
+from fabric.traffic.workloads import norm_throughput, pattern_transfers
 
 
 def main() -> None:
@@ -76,20 +77,19 @@ def main() -> None:
             idle = idle_check(emu, transport, workdir / f"{mode}-{pool}-idle")
             busiest, measured, best, delay = [], [], [], []
             for seed in range(args.seeds):
-                transfers, ranks, size = collisions.pattern_transfers(graph, "stride", seed,
-                                                               plan.host_mbps)
+                transfers, ranks, size = pattern_transfers(graph, "stride", seed, plan.host_mbps)
                 result = traffic_run(emu, transfers, transport,
                                      workdir / f"{mode}-{pool}-{seed}", seed)
                 rows = result.transfer_rows()
-                busiest.append(max(collisions.uplink_shares(graph, result).values()))
-                measured.append(collisions.norm_throughput(
+                busiest.append(max(uplink_shares(graph, result).values()))
+                measured.append(norm_throughput(
                     "stride", {r["id"]: (r["send_start"], r["recv_end"], r["bytes"])
                                for r in rows}, ranks, size, plan.host_mbps))
                 spans = ideal_spans(result, graph, plan.link_mbps, spray=True)
-                best.append(collisions.norm_throughput(
+                best.append(norm_throughput(
                     "stride", {r["id"]: (spans[r["id"]].start, spans[r["id"]].end, r["bytes"])
                                for r in rows}, ranks, size, plan.host_mbps)
-                            if spans else float("nan"))
+                    if spans else float("nan"))
                 checks = {c["name"]: c for c in fidelity_of(result, [idle])["checks"]}
                 if checks["ovs_input_delay_ms"]["value"] is not None:
                     delay.append(checks["ovs_input_delay_ms"]["value"])
@@ -102,5 +102,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
+    except UserError as exc:  # a rate it cannot emulate, not root, ...: no traceback
         raise SystemExit(f"entropy.py: {exc}")

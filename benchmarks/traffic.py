@@ -39,14 +39,15 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import topologies
 from fabric.agent.runner import per_process
-from fabric.cli import user_errors
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.capacity import CapacityError
 from fabric.emulation.machine_speed import probe_round_us, speed_factor
 from fabric.emulation.traffic import build_plan, run_plan
+from fabric.errors import UserError
 from fabric.model import graph as fg
 from fabric.traffic.metrics import jain_fairness
 from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_MTUS, Transfer, TransportSpec
@@ -141,11 +142,19 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
         print(f"  {rate:5g} Mbit/s per host: refused: {exc}")
         return None
     plan = emu.report.rate_plan
-    beyond = " (beyond the budget)" if plan.headroom < 1 else ""
     try:
         result = run_plan(emu, build_plan(emu, transfers, transport), workdir / f"perm-{rate:g}")
     finally:
         emu.stop()
+    print(f"  [probe {round_us:.2f} us, machine speed {speed_factor(round_us):.2f}]")
+    cores = report_run(result, plan, rate, transport.packet_bytes)
+    return (plan.demand_pkt_hops / 1e3, cores) if cores else None
+
+
+def report_run(result: Any, plan: Any, rate: float, packet_bytes: int
+               ) -> dict[str, float] | None:
+    """Print one rate's goodput, fidelity and CPU; return the cores each of
+    ``CORE_PARTS`` took (None when the run reports no per-part CPU)."""
     rows = result.transfer_rows()
     start = min(r["send_start"] for r in rows)
     end = max(r["recv_end"] or 0 for r in rows)
@@ -154,11 +163,6 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
     checks = {c.name: c for c in result.fidelity}
     processes = per_process(result.agents.values())
     agents = sum(a.get("cpu_s", 0) for a in processes) / span
-    cpu = agents / len(rows)
-    late = [a["wake_late"] for a in processes if a.get("wake_late")]
-    wakeups = sum(a.get("wakeups", 0) for a in processes)
-    packets = sum(a.get("roce", {}).get(k, 0) for a in result.agents.values()
-                  for k in ("packets_sent", "packets_received"))
     incomplete = sum(1 for r in rows if r["recv_end"] is None)
     failed = [f"{c.name} {c.value:.3g}" if isinstance(c.value, float) else c.name
               for c in checks.values() if not c.ok]
@@ -166,15 +170,15 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
                else f"FAILED ({', '.join(failed) or 'errors'})")
     if incomplete:
         verdict += f" ({incomplete} of {len(rows)} flows did not finish)"
-    print(f"  [probe {round_us:.2f} us, machine speed {speed_factor(round_us):.2f}]")
-    print(f"  {rate:5g} Mbit/s{beyond} x {len(rows)} flows of {transport.packet_bytes}-byte "
+    beyond = " (beyond the budget)" if plan.headroom < 1 else ""
+    print(f"  {rate:5g} Mbit/s{beyond} x {len(rows)} flows of {packet_bytes}-byte "
           f"packets ({plan.demand_pkt_hops / 1e3:.1f} k packet-hops/s at full load): "
           f"sum of flow goodputs {flows:6.1f} Mbit/s "
           f"({flows / rate / len(rows):5.1%} of offered), "
           f"OVS input delay {checks['ovs_input_delay_ms'].value:.2f} ms, "
           f"machine CPU {checks['machine_cpu'].value:.0%}, hidden drops "
-          f"{checks['hidden_socket_drops'].value}, agent CPU {cpu:.1%} of a core per flow, "
-          f"fidelity {verdict}")
+          f"{checks['hidden_socket_drops'].value}, agent CPU {agents / len(rows):.1%} of a "
+          f"core per flow, fidelity {verdict}")
     cores = None
     if "ovs_cpu_cores" in checks:
         cores = dict(zip(CORE_PARTS, (checks["ovs_cpu_cores"].value, agents,
@@ -183,18 +187,28 @@ def aggregate(spec: str, rate: float, workdir: Path, kind: str,
         print(f"      cores busy: ovs-vswitchd {cores['ovs-vswitchd']:.2f}, agents "
               f"{agents:.2f}, softirq {cores['softirq']:.2f}, whole machine "
               f"{cores['machine']:.2f} of {os.cpu_count()}")
+    print_agent_loops(result, processes, plan.packet_s, span)
+    return cores
+
+
+def print_agent_loops(result: Any, processes: list[dict], packet_s: float, span: float
+                      ) -> None:
+    """How late the agents' timers woke, and how often their loops woke per packet."""
+    late = [a["wake_late"] for a in processes if a.get("wake_late")]
+    wakeups = sum(a.get("wakeups", 0) for a in processes)
+    packets = sum(a.get("roce", {}).get(k, 0) for a in result.agents.values()
+                  for k in ("packets_sent", "packets_received"))
     if late:
         print(f"      agents' timer wake-ups late by (median over processes) p50 "
               f"{statistics.median(w['p50_ms'] for w in late):.2f} ms, p99 "
               f"{statistics.median(w['p99_ms'] for w in late):.2f} ms; worst process p99 "
               f"{max(w['p99_ms'] for w in late):.2f} ms, longest stall "
               f"{max(w['max_ms'] for w in late):.1f} ms (a packet takes "
-              f"{plan.packet_s * 1e3:.1f} ms)")
+              f"{packet_s * 1e3:.1f} ms)")
     if wakeups and packets:
         print(f"      {len(processes)} agent processes for {len(result.agents)} hosts; their "
               f"loops woke {wakeups / packets:.2f} times per data packet sent or received "
               f"({wakeups / span / len(processes):.0f} wake-ups/s per process)")
-    return (plan.demand_pkt_hops / 1e3, cores) if cores else None
 
 
 def main() -> None:
@@ -235,7 +249,7 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except user_errors() as exc:  # a rate it cannot emulate, not root, ...: no traceback
+    except UserError as exc:  # a rate it cannot emulate, not root, ...: no traceback
         raise SystemExit(f"traffic.py: {exc}")
     except KeyboardInterrupt:  # the emulation has cleaned up on its way out
         print("traffic.py: interrupted; cleaned up", file=sys.stderr)

@@ -15,7 +15,7 @@ import sys
 
 from controllers import POLICIES, runtime, userapp
 from fabric import argtypes
-from fabric.emulation.system import PortBusyError, check_port_free
+from fabric.host.ports import PortBusyError, check_port_free
 from fabric.routing.config import ControllerConfig, load_controller_config
 
 DEFAULT_HOST = "127.0.0.1"

@@ -1,39 +1,10 @@
-"""Launch-time configuration handed to the os-ken app in this process.
+"""The fabric graph, status file and controller config of the app in this process.
 
-os-ken instantiates apps itself, without arguments, so the launcher stores
-the graph and options here before starting the app manager.
+An app reads them with :func:`current` (set by ``fabric controller``, the
+emulation's launcher, or the test harness's ``make_app``); they live in
+:mod:`fabric.routing.runtime`, where the harness can set them too.
 """
 
-from __future__ import annotations
+from fabric.routing.runtime import RuntimeConfig, configure, current
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
-import networkx as nx
-
-from fabric.routing.config import ControllerConfig
-
-
-@dataclass
-class RuntimeConfig:
-    """What an app needs: the fabric graph, where to report, its config."""
-
-    graph: nx.Graph
-    status_path: Path | None = None
-    config: ControllerConfig = field(default_factory=ControllerConfig)
-
-
-_current: RuntimeConfig | None = None
-
-
-def configure(config: RuntimeConfig) -> None:
-    """Set the configuration the next app instance will read."""
-    global _current
-    _current = config
-
-
-def current() -> RuntimeConfig:
-    """Return the configuration set by the launcher."""
-    if _current is None:
-        raise RuntimeError("controller started without a fabric graph; use `fabric controller`")
-    return _current
+__all__ = ["RuntimeConfig", "configure", "current"]

@@ -1,7 +1,13 @@
-"""Experiments: one module per question, ``run`` (root) and ``plot`` (no root).
+"""Experiments: one module per question, each holding one
+:class:`fabric.experiment.Experiment` as ``EXPERIMENT``.
 
-``EXPERIMENTS`` maps a name to its module; modules are imported on use.
+``EXPERIMENTS`` maps a name to its module; :func:`load` imports one on use.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 EXPERIMENTS = {
     "collisions": "experiments.collisions",
@@ -12,3 +18,8 @@ EXPERIMENTS = {
     "failures": "experiments.failures",
     "storage": "experiments.storage",
 }
+
+
+def load(name: str) -> Any:
+    """The experiment called ``name`` (a :class:`fabric.experiment.Experiment`)."""
+    return importlib.import_module(EXPERIMENTS[name]).EXPERIMENT

@@ -43,25 +43,23 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, as_float, load_run,
-                                run_schedules, transport_losses)
-from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation, capacity
+from fabric.analysis import plotstyle
+from fabric.emulation import Emulation, capacity, fidelity
 from fabric.emulation.machine_speed import default_host_mbps
+from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
+from fabric.experiment.measures import as_float, transport_losses
+from fabric.experiment.options import CC, ROCE_MTU, ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
 from fabric.traffic import collectives, ideal
 from fabric.traffic.model import Plan, ScheduleError, Transfer
 from fabric.traffic.placement import rank_hosts
 
 NAME = "failures"
-TAKES_SPRAY_ENTROPY = True   # `--spray-entropy packet`: spraying senders take ports in turn
-TAKES_ROCE_MTU = True        # `--roce-mtu`: its senders are roce
 QUESTION = "Which routing policy keeps a collective running when a link fails, flaps or slows?"
 POLICIES = ("ecmp", "spray", "adaptive")
 SCENARIOS = ("healthy", "link-down", "degraded", "flapping", "spine-down")
@@ -383,36 +381,9 @@ def add_slowdowns(rows: list[dict[str, Any]]) -> None:
 
 # --- run -----------------------------------------------------------------------------------
 
-def _topology(ctx: RunContext) -> str:
-    return ctx.topo or topologies.DEFAULT_SPEC
-
-
-def fabric_specs(ctx: RunContext) -> list[str]:
-    """The topology specs the run brings up."""
-    return [_topology(ctx)]
-
-
 def ring_ranks(graph: nx.Graph, seed: int) -> list[str]:
     """Every compute host, in a seeded random ring order."""
     return rank_hosts(graph, placement="random", seed=seed)
-
-
-def check(ctx: RunContext) -> None:
-    """Refuse a fabric without a second path around the failed link (pure)."""
-    graph = topologies.build(_topology(ctx))
-    if len(fg.nodes_with_role(graph, "host")) < 2:
-        raise ScheduleError(f"{NAME}: {_topology(ctx)} has fewer than two compute hosts")
-    if len(top_tier(graph)) < 2:
-        raise ScheduleError(f"{NAME}: {_topology(ctx)} has {len(top_tier(graph))} top-tier "
-                            f"switch(es); losing one needs another")
-    for seed in range(ctx.seeds or 1):
-        ranks = ring_ranks(graph, seed)
-        for name in SCENARIOS:
-            make_scenario(name, graph, ranks, 1.0, 2.0)
-
-
-def _seeds(ctx: RunContext) -> list[int]:
-    return ctx.seed_list(quick_default=1, full_default=5)
 
 
 def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) -> float:
@@ -425,134 +396,66 @@ def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) 
     return len(POLICIES) * per_policy
 
 
-def run(ctx: RunContext) -> dict[str, Any]:
-    """One bring-up per policy; per seed, the healthy run and every scenario."""
-    spec = _topology(ctx)
-    graph = topologies.build(spec)
-    seeds = _seeds(ctx)
-    packet_bytes = ctx.roce().packet_bytes
-    host_mbps = ctx.host_mbps or default_host_mbps(
-        graph, packet_bytes=packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
-    progress = Progress(len(POLICIES) * len(seeds) * len(SCENARIOS), NAME)
-    log, timeline_rows = RunLog(attempts=ctx.attempts), []
-    overhead = ideal.transport_overhead("roce", ctx.roce_mtu)
-    for policy in POLICIES:
-        with Emulation(graph, ctx.options(policy=policy, host_mbps=host_mbps,
-                                          packet_bytes=packet_bytes)) as emu:
-            used = emu.report.rate_plan.host_mbps
-            base = ideal.link_capacity(graph, dict(emu.report.rate_plan.link_mbps))
-            transport = ctx.roce(entropy="flow" if policy == "ecmp" else ctx.spray_entropy,
-                                 entropy_ports=256, timeline=True)
-            size = int(used * 1e6 / 8 * BUFFER_S[ctx.quick])
-
-            def runs() -> Iterator[Scheduled]:
-                for seed in seeds:
-                    ranks = ring_ranks(graph, seed)
-                    transfers = collectives.generate(COLLECTIVE, ranks, size)
-                    t_line = line_rate_s(len(ranks), size, used)
-                    for name in SCENARIOS:
-                        scenario = make_scenario(name, graph, ranks, t_line,
-                                                 DEADLINE_FACTOR * t_line)
-                        injection = Injection(scenario)
-                        yield Scheduled({"scenario": name, "policy": policy, "seed": seed},
-                                        transfers, seed,
-                                        {"injection": injection, "ranks": ranks,
-                                         "transfers": transfers},
-                                        during=lambda e, plan, i=injection: inject(e, plan, i))
-
-            def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
-                c = run.context
-                injection: Injection = c["injection"]
-                rows = result.transfer_rows()
-                row = run_row(injection.scenario, injection, rows, size, c["ranks"], used)
-                start = min((r["send_start"] for r in rows if r.get("send_start")),
-                            default=result.plan.start_at)
-                events = [(t - start, up, links) for t, up, links in injection.events]
-                healthy = ideal_time_s(graph, c["transfers"], base, overhead)
-                failed = ideal_time_s(graph, c["transfers"], base, overhead, injection.scenario,
-                                      events, injection.slow_mbps)
-                cut = first_cut(injection)
-                timeline_rows.extend(
-                    {**run.keys, "t_s": t, "mbps": round(n * (transport.mtu_payload * 8 / 1e6)
-                                                         / TIMELINE_BIN_S, 4)}
-                    for t, n in delivery_timeline(rows, cut if cut is not None else start))
-                return {"topology": spec, "host_mbps": used, "size_bytes": size,
-                        "target": injection.scenario.target, **row,
-                        "ideal_time_s": round(failed, 4),
-                        "ideal_slowdown": round(failed / healthy, 4),
-                        "injector_errors": "; ".join(injection.errors) or None,
-                        "valid": bool(report["valid"] and row["complete"]
-                                      and not injection.errors)}
-
-            run_schedules(emu, runs(), transport, ctx.run_dir / "work" / policy, progress,
-                          row_of, log, deadline_s=DEADLINE_FACTOR * line_rate_s(
-                              len(ring_ranks(graph, 0)), size, used),
-                          capture_spec=ctx.capture)
-    add_slowdowns(log.rows)
-    fid = log.write(ctx.run_dir)
-    results.write_csv(ctx.run_dir / "timeline.csv", timeline_rows)
-    table = _table(log.rows)
-    results.write_summary(ctx.run_dir, NAME, table, fid,
-                          {"question": QUESTION, "topology": spec, "anchors": ANCHORS})
-    return {"table": table, "fidelity": fid, "seeds": seeds,
-            "parameters": {"topology": spec, "policies": POLICIES, "scenarios": SCENARIOS,
-                           "collective": COLLECTIVE, "placement": "random",
-                           "transport": "roce", "cc": ctx.cc, "roce_mtu": ctx.roce_mtu,
-                           "spray_entropy": ctx.spray_entropy, "buffer_s": BUFFER_S[ctx.quick],
-                           "fail_at": FAIL_AT, "down_for": DOWN_FOR,
-                           "flap_period_s": FLAP_PERIOD_S,
-                           "degraded_fraction": DEGRADED_FRACTION,
-                           "host_mbps": ctx.host_mbps or "auto"},
-            "notes": ["slowdown: iteration time over the healthy run of the same policy and "
-                      "seed; ideal_slowdown: a perfect transport routing over the live paths "
-                      "in proportion to their capacity, with the measured failure times",
-                      "reroute_ms: cut to the first packet sent after it that arrived (worst "
-                      "transfer in progress); stall_ms: longest gap in a transfer's delivery"]}
+def _schedules(graph: nx.Graph, policy: str, seeds: list[int], size: int, host_mbps: float
+               ) -> Iterator[Scheduled]:
+    """Per seed, every scenario of one policy's bring-up, each with its injector."""
+    for seed in seeds:
+        ranks = ring_ranks(graph, seed)
+        transfers = collectives.generate(COLLECTIVE, ranks, size)
+        t_line = line_rate_s(len(ranks), size, host_mbps)
+        for name in SCENARIOS:
+            scenario = make_scenario(name, graph, ranks, t_line, DEADLINE_FACTOR * t_line)
+            injection = Injection(scenario)
+            yield Scheduled({"scenario": name, "policy": policy, "seed": seed}, transfers, seed,
+                            {"injection": injection, "ranks": ranks, "transfers": transfers},
+                            during=lambda e, plan, i=injection: inject(e, plan, i))
 
 
-def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per scenario and policy: mean and spread of the slowdown beside the ideal, the
-    worst reroute and stall, and every timeout and lost byte."""
-    table = []
-    for scenario in SCENARIOS:
-        for policy in POLICIES:
-            group = [r for r in rows if r["scenario"] == scenario and r["policy"] == policy]
-            if not group:
-                continue
+def _row_function(runner: Runner, graph: nx.Graph, emu: Emulation, spec: str, size: int,
+                  payload: int, overhead: ideal.Overhead) -> Any:
+    """The row of a run beside its ideal; its delivery timeline goes to timeline.csv."""
+    used = emu.report.rate_plan.host_mbps
+    base = ideal.link_capacity(graph, dict(emu.report.rate_plan.link_mbps))
+    timeline = runner.table("timeline")
 
-            def values(name: str) -> list[float]:
-                return [float(r[name]) for r in group if r.get(name) not in (None, "")]
+    def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+        c = run.context
+        injection: Injection = c["injection"]
+        rows = result.transfer_rows()
+        row = run_row(injection.scenario, injection, rows, size, c["ranks"], used)
+        start = min((r["send_start"] for r in rows if r.get("send_start")),
+                    default=result.plan.start_at)
+        events = [(t - start, up, links) for t, up, links in injection.events]
+        healthy = ideal_time_s(graph, c["transfers"], base, overhead)
+        failed = ideal_time_s(graph, c["transfers"], base, overhead, injection.scenario,
+                              events, injection.slow_mbps)
+        cut = first_cut(injection)
+        timeline.extend({**run.keys, "t_s": t,
+                         "mbps": round(n * (payload * 8 / 1e6) / TIMELINE_BIN_S, 4)}
+                        for t, n in delivery_timeline(rows, cut if cut is not None else start))
+        return {"topology": spec, "host_mbps": used, "size_bytes": size,
+                "target": injection.scenario.target, **row,
+                "ideal_time_s": round(failed, 4), "ideal_slowdown": round(failed / healthy, 4),
+                "injector_errors": "; ".join(injection.errors) or None,
+                "valid": bool(report["valid"] and row["complete"] and not injection.errors)}
 
-            slow, ideal_slow = values("slowdown"), values("ideal_slowdown")
-            reroute, stall = values("reroute_ms"), values("stall_ms")
-            table.append({"scenario": scenario, "policy": policy, "seeds": len(group),
-                          "slowdown": round(statistics.fmean(slow), 3) if slow else None,
-                          "slowdown_max": max(slow, default=None),
-                          "ideal_slowdown": (round(statistics.fmean(ideal_slow), 3)
-                                             if ideal_slow else None),
-                          "busbw_frac": (round(statistics.fmean(values("busbw_frac")), 3)
-                                         if values("busbw_frac") else None),
-                          "reroute_ms": max(reroute, default=None),
-                          "stall_ms": max(stall, default=None),
-                          "timeouts": int(sum(values("timeouts"))),
-                          "lost_bytes": int(sum(values("lost_bytes"))),
-                          "incomplete": len(group) - len(values("time_s"))})
-    return table
+    return row_of
 
 
 # --- plot ------------------------------------------------------------------------------------
 
-def plot(run_dir: Path) -> list[Path]:
-    """Slowdown per scenario and policy (spread, ideal ticks), and the delivery
-    timeline of every policy around the first cut of each failure scenario."""
-    plt, summary, runs = load_run(run_dir)
-    mark = plotstyle.validity_mark(summary, runs)
-    scenarios = [s for s in SCENARIOS[1:] if any(r["scenario"] == s for r in runs)]
-    policies = [p for p in POLICIES if any(r["policy"] == p for r in runs)]
-    width = 0.8 / max(1, len(policies))
-    written: list[Path] = []
+def _present(runs: list[dict]) -> tuple[list[str], list[str]]:
+    """The failure scenarios and the policies of a run directory."""
+    return ([s for s in SCENARIOS[1:] if any(r["scenario"] == s for r in runs)],
+            [p for p in POLICIES if any(r["policy"] == p for r in runs)])
 
-    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(scenarios), 2.7))
+
+def slowdown_figure(data: RunData) -> Any:
+    """Slowdown per scenario and policy, with spread and the ideal."""
+    runs = data.runs
+    scenarios, policies = _present(runs)
+    width = 0.8 / max(1, len(policies))
+    fig, ax = data.plt.subplots(figsize=(1.6 + 1.2 * len(scenarios), 2.7))
     for j, policy in enumerate(policies):
         for i, scenario in enumerate(scenarios):
             mine = [r for r in runs if r["scenario"] == scenario and r["policy"] == policy]
@@ -572,27 +475,149 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_ylim(bottom=0)
     ax.set_title("ring all-reduce under a failure")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    written += plotstyle.save(fig, run_dir, "slowdown", mark)
+    return fig
 
-    timeline = results.read_csv(run_dir / "timeline.csv") if (run_dir / "timeline.csv").exists() \
-        else []
+
+def timeline_figure(data: RunData) -> Any:
+    """Delivered rate of every policy around the first cut of each failure scenario
+    (nothing to draw without a timeline or a cut)."""
+    scenarios, policies = _present(data.runs)
+    timeline = data.csv("timeline") if (data.run_dir / "timeline.csv").exists() else []
     shown = [s for s in ("link-down", "flapping", "spine-down") if s in scenarios]
-    if timeline and shown:
-        seed = min(int(r["seed"]) for r in timeline)
-        fig, axes = plt.subplots(len(shown), 1, figsize=(4.6, 1.5 * len(shown) + 0.6),
-                                 sharex=True, squeeze=False)
-        for ax, scenario in zip(axes[:, 0], shown):
-            for j, policy in enumerate(policies):
-                pts = [(float(r["t_s"]), float(r["mbps"])) for r in timeline
-                       if r["scenario"] == scenario and r["policy"] == policy
-                       and int(r["seed"]) == seed]
-                if pts:
-                    ax.plot([t for t, _ in pts], [m for _, m in pts], linewidth=0.9,
-                            color=plotstyle.colour(policy, j), label=policy)
-            ax.axvline(0.0, color="black", linewidth=0.6, linestyle="--")
-            ax.set_ylabel("Mbit/s")
-            ax.set_title(f"{scenario}: delivered, all receivers (seed {seed})", fontsize=8)
-        axes[-1, 0].set_xlabel("seconds since the first cut")
-        axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        written += plotstyle.save(fig, run_dir, "timeline", mark)
-    return written
+    if not (timeline and shown):
+        return None
+    seed = min(int(r["seed"]) for r in timeline)
+    fig, axes = data.plt.subplots(len(shown), 1, figsize=(4.6, 1.5 * len(shown) + 0.6),
+                                  sharex=True, squeeze=False)
+    for ax, scenario in zip(axes[:, 0], shown):
+        for j, policy in enumerate(policies):
+            pts = [(float(r["t_s"]), float(r["mbps"])) for r in timeline
+                   if r["scenario"] == scenario and r["policy"] == policy
+                   and int(r["seed"]) == seed]
+            if pts:
+                ax.plot([t for t, _ in pts], [m for _, m in pts], linewidth=0.9,
+                        color=plotstyle.colour(policy, j), label=policy)
+        ax.axvline(0.0, color="black", linewidth=0.6, linestyle="--")
+        ax.set_ylabel("Mbit/s")
+        ax.set_title(f"{scenario}: delivered, all receivers (seed {seed})", fontsize=8)
+    axes[-1, 0].set_xlabel("seconds since the first cut")
+    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+# --- the experiment --------------------------------------------------------------------------
+
+
+class Failures(Experiment):
+    """A ring all-reduce under each policy while a link fails, flaps or slows."""
+
+    name = NAME
+    question = QUESTION
+    default_topology = "rail-clos"
+    modes = {"quick": Mode(seeds=1), "full": Mode(seeds=5)}
+    options = ROCE_OPTIONS
+    anchors = ANCHORS
+
+    def check(self, ctx: RunContext) -> None:
+        """Refuse a fabric without a second path around the failed link (pure)."""
+        spec = self.topologies(ctx)[0]
+        graph = topologies.build(spec)
+        if len(fg.nodes_with_role(graph, "host")) < 2:
+            raise ScheduleError(f"{NAME}: {spec} has fewer than two compute hosts")
+        if len(top_tier(graph)) < 2:
+            raise ScheduleError(f"{NAME}: {spec} has {len(top_tier(graph))} top-tier "
+                                f"switch(es); losing one needs another")
+        for seed in range(ctx.seeds or 1):
+            ranks = ring_ranks(graph, seed)
+            for name in SCENARIOS:
+                make_scenario(name, graph, ranks, 1.0, 2.0)
+
+    def run_count(self, ctx: RunContext) -> int:
+        return len(POLICIES) * len(self.seeds(ctx)) * len(SCENARIOS)
+
+    def estimate_s(self, ctx: RunContext) -> float:
+        return estimate_duration_s(self.graph(ctx), ctx.quick, len(self.seeds(ctx)))
+
+    def measure(self, ctx: RunContext, runner: Runner) -> Measured:
+        """One bring-up per policy; per seed, the healthy run and every scenario."""
+        spec = self.topologies(ctx)[0]
+        graph = topologies.build(spec)
+        packet_bytes = ctx.roce().packet_bytes
+        host_mbps = ctx.host_mbps or default_host_mbps(
+            graph, packet_bytes=packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
+        overhead = ideal.transport_overhead("roce", ctx.get(ROCE_MTU))
+        for policy in POLICIES:
+            with runner.bring_up(graph, policy=policy, host_mbps=host_mbps,
+                                 packet_bytes=packet_bytes) as emu:
+                used = emu.report.rate_plan.host_mbps
+                transport = ctx.roce(entropy="flow" if policy == "ecmp"
+                                     else ctx.get(SPRAY_ENTROPY),
+                                     entropy_ports=256, timeline=True)
+                size = int(used * 1e6 / 8 * BUFFER_S[ctx.quick])
+                runner.run(emu, _schedules(graph, policy, self.seeds(ctx), size, used),
+                           transport, policy,
+                           _row_function(runner, graph, emu, spec, size, transport.mtu_payload,
+                                         overhead),
+                           deadline_s=DEADLINE_FACTOR * line_rate_s(
+                               len(ring_ranks(graph, 0)), size, used))
+        return Measured(
+            {"topology": spec, "policies": POLICIES, "scenarios": SCENARIOS,
+             "collective": COLLECTIVE, "placement": "random", "transport": "roce",
+             "cc": ctx.get(CC), "roce_mtu": ctx.get(ROCE_MTU),
+             "spray_entropy": ctx.get(SPRAY_ENTROPY), "buffer_s": BUFFER_S[ctx.quick],
+             "fail_at": FAIL_AT, "down_for": DOWN_FOR, "flap_period_s": FLAP_PERIOD_S,
+             "degraded_fraction": DEGRADED_FRACTION, "host_mbps": ctx.host_mbps or "auto"},
+            {"topology": spec})
+
+    def finish(self, rows: list[dict[str, Any]]) -> None:
+        add_slowdowns(rows)
+
+    def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Per scenario and policy: mean and spread of the slowdown beside the ideal, the
+        worst reroute and stall, and every timeout and lost byte."""
+        table = []
+        for scenario in SCENARIOS:
+            for policy in POLICIES:
+                group = [r for r in rows if r["scenario"] == scenario and r["policy"] == policy]
+                if not group:
+                    continue
+
+                def values(name: str) -> list[float]:
+                    return [float(r[name]) for r in group if r.get(name) not in (None, "")]
+
+                slow, ideal_slow = values("slowdown"), values("ideal_slowdown")
+                reroute, stall = values("reroute_ms"), values("stall_ms")
+                table.append({"scenario": scenario, "policy": policy, "seeds": len(group),
+                              "slowdown": round(statistics.fmean(slow), 3) if slow else None,
+                              "slowdown_max": max(slow, default=None),
+                              "ideal_slowdown": (round(statistics.fmean(ideal_slow), 3)
+                                                 if ideal_slow else None),
+                              "busbw_frac": (round(statistics.fmean(values("busbw_frac")), 3)
+                                             if values("busbw_frac") else None),
+                              "reroute_ms": max(reroute, default=None),
+                              "stall_ms": max(stall, default=None),
+                              "timeouts": int(sum(values("timeouts"))),
+                              "lost_bytes": int(sum(values("lost_bytes"))),
+                              "incomplete": len(group) - len(values("time_s"))})
+        return table
+
+    def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
+              ) -> list[str]:
+        return ["slowdown: iteration time over the healthy run of the same policy and seed; "
+                "ideal_slowdown: a perfect transport routing over the live paths in proportion "
+                "to their capacity, with the measured failure times",
+                "reroute_ms: cut to the first packet sent after it that arrived (worst "
+                "transfer in progress); stall_ms: longest gap in a transfer's delivery"]
+
+    def checks(self, rows: list[dict[str, Any]]) -> list[fidelity.Check]:
+        """The injector changed every link on time, in every run."""
+        failed = [r for r in rows if r.get("injector_errors")]
+        return [fidelity.Check("injector_ok", len(failed), 0, not failed,
+                               "; ".join(str(r["injector_errors"]) for r in failed[:3])
+                               or "every action applied")]
+
+    def figures(self) -> Mapping[str, Any]:
+        return {"slowdown": slowdown_figure, "timeline": timeline_figure}
+
+
+EXPERIMENT = Failures()

@@ -26,20 +26,18 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
-                                run_checks, run_schedules, truthy)
-from fabric.analysis import plotstyle, results
+from fabric.analysis import plotstyle
 from fabric.analysis.report import metric_rows, summarize
-from fabric.emulation import Emulation
 from fabric.emulation.traffic import set_rto_min
+from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
+from fabric.experiment.checks import run_checks
+from fabric.experiment.measures import mean_or_none, truthy
 from fabric.model import graph as fg
 from fabric.traffic import metrics
 from fabric.traffic.model import Transfer, TransportSpec
@@ -76,8 +74,8 @@ QUICK_BUDGET_S = 120.0
 
 
 @dataclass(frozen=True)
-class Grid:
-    """The parameter grid of one mode."""
+class Grid(Mode):
+    """The parameter grid of one mode, and its default number of seeds."""
 
     senders: tuple[int, ...]
     buffers: tuple[int, ...]
@@ -88,9 +86,9 @@ class Grid:
 
 # The OVS input-delay check averages over a run: 5-round runs put it at 0.3-0.9 ms (one
 # CI run in several crossed 1 ms), 15 rounds at 0.2-0.6 ms, as the full runs.
-QUICK = Grid(senders=(1, 4, 8, 16), buffers=(32,), rtos=(200, 10), admissions=(None, 4),
-             rounds=15)
-FULL = Grid(senders=(1, 2, 4, 8, 12, 16), buffers=(16, 32, 64), rtos=(200, 10),
+QUICK = Grid(seeds=1, senders=(1, 4, 8, 16), buffers=(32,), rtos=(200, 10),
+             admissions=(None, 4), rounds=15)
+FULL = Grid(seeds=3, senders=(1, 2, 4, 8, 12, 16), buffers=(16, 32, 64), rtos=(200, 10),
             admissions=(None, 4), rounds=20)
 
 
@@ -150,18 +148,6 @@ def incast_transfers(graph: nx.Graph, spec: PatternSpec) -> tuple[list[Transfer]
     return transfers, participants[0], participants[1:]
 
 
-def fabric_specs(ctx: RunContext) -> list[str]:
-    """The topology specs the run brings up."""
-    return [ctx.topo or DEFAULT_TOPO]
-
-
-def check(ctx: RunContext) -> None:
-    """Refuse a topology without a client and enough servers for the largest fan-in."""
-    graph = topologies.build(ctx.topo or DEFAULT_TOPO)
-    grid = QUICK if ctx.quick else FULL
-    incast_transfers(graph, pattern_spec(max(grid.senders), 1, grid.rounds, None))
-
-
 def estimate_s(configs: Sequence[RunConfig], host_mbps: float, rounds: int) -> float:
     """Pessimistic estimate of a run's wall time: bring-ups, idle checks, traffic runs.
 
@@ -178,7 +164,6 @@ def estimate_s(configs: Sequence[RunConfig], host_mbps: float, rounds: int) -> f
         rto_s = c.rto_min_ms / 1e3 if c.senders > 1 else 0.0
         total += RUN_OVERHEAD_S + RTO_SET_S + rounds * (block_s + RTT_S + rto_s)
     return total
-
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -229,76 +214,8 @@ def measure(cfg: RunConfig, spec: PatternSpec, result: Any, client: str, servers
     return row, round_rows
 
 
-def run(ctx: RunContext) -> dict[str, Any]:
-    """Run every buffer x RTO x admission x senders x seed; write CSVs and the summary."""
-    topo = ctx.topo or DEFAULT_TOPO
-    graph = topologies.build(topo)
-    seeds = ctx.seed_list(quick_default=1, full_default=3)
-    grid = QUICK if ctx.quick else FULL
-    configs = run_configs(grid, seeds)
-    endpoints = fg.endpoints(graph)
-    transport = TransportSpec("tcp")
-    estimate = estimate_s(configs, host_rate(ctx.host_mbps), grid.rounds)
-    progress = Progress(len(configs), NAME)
-    print(f"[{NAME}] {len(grid.buffers)} bring-ups, {len(configs)} runs, estimated "
-          f"~{estimate:.0f} s", file=sys.stderr, flush=True)
-    log, round_rows, rates = RunLog(attempts=ctx.attempts), [], set()
-    for buffer_pkts in grid.buffers:
-        options = ctx.options(host_mbps=host_rate(ctx.host_mbps),
-                                   queue_pkts=buffer_pkts, busy_links=BUSY_LINKS)
-        with Emulation(graph, options) as emu:
-            host_mbps = emu.report.rate_plan.host_mbps
-            rates.add(host_mbps)
-            stripe = stripe_bytes(host_mbps)
-
-            def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
-                cfg, spec, client, servers, rate = run.context
-                row, rounds = measure(cfg, spec, result, client, servers, rate, report)
-                round_rows.extend(rounds)
-                return row
-
-            def runs() -> Iterator[Scheduled]:
-                for cfg in (c for c in configs if c.buffer_pkts == buffer_pkts):
-                    spec = pattern_spec(cfg.senders, stripe, grid.rounds, cfg.admission)
-                    transfers, client, servers = incast_transfers(graph, spec)
-                    # Every endpoint, every run: 200 is set back explicitly, nothing is stale.
-                    yield Scheduled(run_keys(cfg), transfers, cfg.seed,
-                                    (cfg, spec, client, servers, host_mbps),
-                                    prepare=lambda emu, ms=cfg.rto_min_ms:
-                                    set_rto_min(emu, endpoints, ms))
-
-            run_schedules(emu, runs(), transport, ctx.run_dir / "work" / f"q{buffer_pkts}",
-                          progress, row_of, log, deadline_s=30.0 if ctx.quick else 60.0,
-                          capture_spec=ctx.capture)
-            set_rto_min(emu, endpoints, DEFAULT_RTO_MS)
-    rows = log.rows
-    fid = log.write(ctx.run_dir)
-    results.write_csv(ctx.run_dir / "rounds.csv", round_rows)
-    table = _table(rows)
-    host_mbps = min(rates)
-    stripe = stripe_bytes(host_mbps)
-    notes = _notes(host_mbps, stripe, grid)
-    results.write_summary(ctx.run_dir, NAME, table, fid,
-                          {"question": QUESTION, "topology": topo, "host_mbps": host_mbps,
-                           "stripe_bytes": stripe, "rounds": grid.rounds,
-                           "anchors": {
-                               "rto_200ms_mbps_at_100": {"1": 92, "2": 42, "4": 44, "8": 21,
-                                                         "12": 25, "16": 29},
-                               "rto_min_1ms_8_senders_mbps_at_100": 83,
-                               "source": "DESIGN.md section 3, 64 KB blocks, 32-packet "
-                                         "buffer, 100 Mbit/s"},
-                           "notes": notes})
-    return {"table": table, "fidelity": fid, "seeds": seeds,
-            "parameters": {"topology": topo, "senders": grid.senders,
-                           "buffers_pkts": grid.buffers, "rto_min_ms": grid.rtos,
-                           "admission": [a or 0 for a in grid.admissions],
-                           "rounds": grid.rounds, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
-                           "host_mbps": host_mbps, "stripe_bytes": stripe,
-                           "estimated_s": round(estimate, 1)},
-            "notes": notes}
-
-
-def _notes(host_mbps: float, stripe: int, grid: Grid) -> list[str]:
+def notes_for(host_mbps: float, stripe: int, grid: Grid) -> list[str]:
+    """Where the collapse should start at this rate and buffer, and the anchor."""
     pkts = math.ceil(stripe / SEGMENT_BYTES)
     first = min(grid.buffers)
     collapse = next((n for n in range(1, 65) if burst_pkts(n, stripe) > first), None)
@@ -312,31 +229,6 @@ def _notes(host_mbps: float, stripe: int, grid: Grid) -> list[str]:
         "-> 25 -> 29 Mbit/s at 1/2/4/8/12/16 senders; rto_min 1 ms (rounded up to the "
         "kernel's ~8 ms floor at HZ=250) recovered 8 senders to 83 Mbit/s",
     ]
-
-
-def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (senders, buffer, rto, admission): means over seeds.
-
-    ``goodput_frac`` averages the seeds that completed; ``valid`` is true
-    only when every seed's run was valid.
-    """
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        key = (row["buffer_pkts"], row["rto_min_ms"], row["admission"], row["senders"])
-        groups.setdefault(key, []).append(row)
-    table = []
-    for (buffer_pkts, rto, admission, senders), group in sorted(
-            groups.items(), key=lambda item: (item[0][0], -item[0][1], item[0][2], item[0][3])):
-        table.append({"senders": senders, "buffer_pkts": buffer_pkts, "rto_min_ms": rto,
-                      "admission": admission, "seeds": len(group),
-                      "goodput_frac": mean_or_none([r["goodput_frac"] for r in group]),
-                      "round_p50_ms": mean_or_none([r["round_p50_ms"] for r in group], 2),
-                      "round_p99_ms": mean_or_none([r["round_p99_ms"] for r in group], 2),
-                      "timeouts": mean_or_none([r["timeouts"] for r in group], 2),
-                      "retransmits": mean_or_none([r["retransmits"] for r in group], 2),
-                      "drops": mean_or_none([r["drops"] for r in group], 2),
-                      "valid": all(truthy(r["valid"]) for r in group)})
-    return table
 
 
 # --- figures (no root: read the run directory only) ---------------------------
@@ -410,21 +302,146 @@ def _draw_anchor(ax: Any, anchors: dict[str, Any]) -> None:
     ax.legend(handles=handles, loc="center right", fontsize=6)
 
 
-def plot(run_dir: Path) -> list[Path]:
-    """Goodput collapse curve (with the published anchor on its buffer), p99 round time
-    and TCP timeouts vs senders."""
-    plt, summary, runs = load_run(run_dir)
-    mark = plotstyle.validity_mark(summary)
-    written = []
-    fig, axes = _sweep_figure(plt, runs, "goodput_frac", "goodput / line rate")
-    buffers = sorted({int(r["buffer_pkts"]) for r in runs})
+def goodput_figure(data: RunData) -> Any:
+    """Goodput against senders, per buffer, with the published anchor on its buffer."""
+    fig, axes = _sweep_figure(data.plt, data.runs, "goodput_frac", "goodput / line rate")
+    buffers = sorted({int(r["buffer_pkts"]) for r in data.runs})
     for ax, buffer_pkts in zip(axes[0], buffers):
         ax.set_ylim(0, 1.05)
-        if buffer_pkts == ANCHOR_BUFFER_PKTS and "anchors" in summary:
-            _draw_anchor(ax, summary["anchors"])
-    written += plotstyle.save(fig, run_dir, "goodput", mark)
-    fig, _ = _sweep_figure(plt, runs, "round_p99_ms", "p99 round time (ms)", log=True)
-    written += plotstyle.save(fig, run_dir, "round_p99", mark)
-    fig, _ = _sweep_figure(plt, runs, "timeouts", "TCP timeouts per run", log=True)
-    written += plotstyle.save(fig, run_dir, "timeouts", mark)
-    return written
+        if buffer_pkts == ANCHOR_BUFFER_PKTS and "anchors" in data.summary:
+            _draw_anchor(ax, data.summary["anchors"])
+    return fig
+
+
+def round_p99_figure(data: RunData) -> Any:
+    """The 99th percentile of the round time against senders."""
+    return _sweep_figure(data.plt, data.runs, "round_p99_ms", "p99 round time (ms)",
+                         log=True)[0]
+
+
+def timeouts_figure(data: RunData) -> Any:
+    """TCP timeouts per run against senders."""
+    return _sweep_figure(data.plt, data.runs, "timeouts", "TCP timeouts per run", log=True)[0]
+
+
+# --- the experiment ------------------------------------------------------------
+
+ANCHORS = {"rto_200ms_mbps_at_100": {"1": 92, "2": 42, "4": 44, "8": 21, "12": 25, "16": 29},
+           "rto_min_1ms_8_senders_mbps_at_100": 83,
+           "source": "DESIGN.md section 3, 64 KB blocks, 32-packet buffer, 100 Mbit/s"}
+
+
+class Incast(Experiment):
+    """A striped read's goodput against its fan-in, per buffer, minimum RTO and
+    admission."""
+
+    name = NAME
+    question = QUESTION
+    default_topology = DEFAULT_TOPO
+    modes = {"quick": QUICK, "full": FULL}
+    anchors = ANCHORS
+
+    def check(self, ctx: RunContext) -> None:
+        """Refuse a topology without a client and enough servers for the largest fan-in."""
+        grid = self.mode(ctx)
+        incast_transfers(self.graph(ctx),
+                         pattern_spec(max(grid.senders), 1, grid.rounds, None))
+
+    def run_count(self, ctx: RunContext) -> int:
+        return len(run_configs(self.mode(ctx), self.seeds(ctx)))
+
+    def estimate_s(self, ctx: RunContext) -> float:
+        grid = self.mode(ctx)
+        return estimate_s(run_configs(grid, self.seeds(ctx)), host_rate(ctx.host_mbps),
+                          grid.rounds)
+
+    def measure(self, ctx: RunContext, runner: Runner) -> Measured:
+        """One bring-up per buffer size; every RTO x admission x senders x seed on it."""
+        topo = self.topologies(ctx)[0]
+        graph = topologies.build(topo)
+        grid = self.mode(ctx)
+        configs = run_configs(grid, self.seeds(ctx))
+        rates = set()
+        for buffer_pkts in grid.buffers:
+            with runner.bring_up(graph, host_mbps=host_rate(ctx.host_mbps),
+                                 queue_pkts=buffer_pkts, busy_links=BUSY_LINKS) as emu:
+                host_mbps = emu.report.rate_plan.host_mbps
+                rates.add(host_mbps)
+                mine = [c for c in configs if c.buffer_pkts == buffer_pkts]
+                runner.run(emu, _schedules(graph, mine, grid.rounds, host_mbps),
+                           TransportSpec("tcp"), f"q{buffer_pkts}", _row_function(runner),
+                           deadline_s=30.0 if ctx.quick else 60.0)
+                set_rto_min(emu, fg.endpoints(graph), DEFAULT_RTO_MS)
+        host_mbps = min(rates)
+        stripe = stripe_bytes(host_mbps)
+        return Measured(
+            {"topology": topo, "senders": grid.senders, "buffers_pkts": grid.buffers,
+             "rto_min_ms": grid.rtos, "admission": [a or 0 for a in grid.admissions],
+             "rounds": grid.rounds, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
+             "host_mbps": host_mbps, "stripe_bytes": stripe,
+             "estimated_s": round(self.estimate_s(ctx), 1)},
+            {"topology": topo, "host_mbps": host_mbps, "stripe_bytes": stripe,
+             "rounds": grid.rounds})
+
+    def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One row per (senders, buffer, rto, admission): means over seeds.
+
+        ``goodput_frac`` averages the seeds that completed; ``valid`` is true
+        only when every seed's run was valid.
+        """
+        groups: dict[tuple, list[dict]] = {}
+        for row in rows:
+            key = (row["buffer_pkts"], row["rto_min_ms"], row["admission"], row["senders"])
+            groups.setdefault(key, []).append(row)
+        table = []
+        for (buffer_pkts, rto, admission, senders), group in sorted(
+                groups.items(), key=lambda item: (item[0][0], -item[0][1], item[0][2], item[0][3])):
+            table.append({"senders": senders, "buffer_pkts": buffer_pkts, "rto_min_ms": rto,
+                          "admission": admission, "seeds": len(group),
+                          "goodput_frac": mean_or_none([r["goodput_frac"] for r in group]),
+                          "round_p50_ms": mean_or_none([r["round_p50_ms"] for r in group], 2),
+                          "round_p99_ms": mean_or_none([r["round_p99_ms"] for r in group], 2),
+                          "timeouts": mean_or_none([r["timeouts"] for r in group], 2),
+                          "retransmits": mean_or_none([r["retransmits"] for r in group], 2),
+                          "drops": mean_or_none([r["drops"] for r in group], 2),
+                          "valid": all(truthy(r["valid"]) for r in group)})
+        return table
+
+    def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
+              ) -> list[str]:
+        return notes_for(measured.summary["host_mbps"], measured.summary["stripe_bytes"],
+                         self.mode(ctx))
+
+    def figures(self) -> Mapping[str, Any]:
+        return {"goodput": goodput_figure, "round_p99": round_p99_figure,
+                "timeouts": timeouts_figure}
+
+
+def _schedules(graph: nx.Graph, configs: list[RunConfig], rounds: int, host_mbps: float
+               ) -> Iterator[Scheduled]:
+    """The runs of one bring-up. Every endpoint's minimum RTO is set before every run
+    (200 explicitly): nothing is stale."""
+    endpoints = fg.endpoints(graph)
+    stripe = stripe_bytes(host_mbps)
+    for cfg in configs:
+        spec = pattern_spec(cfg.senders, stripe, rounds, cfg.admission)
+        transfers, client, servers = incast_transfers(graph, spec)
+        yield Scheduled(run_keys(cfg), transfers, cfg.seed,
+                        (cfg, spec, client, servers, host_mbps),
+                        prepare=lambda emu, ms=cfg.rto_min_ms: set_rto_min(emu, endpoints, ms))
+
+
+def _row_function(runner: Runner) -> Any:
+    """The row of a run, its rounds appended to rounds.csv."""
+    rounds_csv = runner.table("rounds")
+
+    def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+        cfg, spec, client, servers, rate = run.context
+        row, rounds = measure(cfg, spec, result, client, servers, rate, report)
+        rounds_csv.extend(rounds)
+        return row
+
+    return row_of
+
+
+EXPERIMENT = Incast()

@@ -23,19 +23,16 @@ collective class held 59.7-59.9 of its 60 Mbit/s against competing traffic.
 from __future__ import annotations
 
 import statistics
-import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
-                                run_schedules, truthy)
-from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation
+from fabric.analysis import plotstyle
 from fabric.emulation.machine_speed import default_host_mbps
+from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
+from fabric.experiment.measures import mean_or_none, truthy
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
 from fabric.traffic import collectives, metrics, storage
@@ -65,15 +62,14 @@ QUICK_BUDGET_S = 120.0
 
 
 @dataclass(frozen=True)
-class Mode:
+class IsolationMode(Mode):
     """Iterations per phase and seed, and the default number of seeds."""
 
     iterations: int
-    seeds: int
 
 
-QUICK = Mode(iterations=3, seeds=1)
-FULL = Mode(iterations=10, seeds=3)
+QUICK = IsolationMode(seeds=1, iterations=3)
+FULL = IsolationMode(seeds=3, iterations=10)
 
 
 @dataclass(frozen=True)
@@ -143,28 +139,17 @@ def iteration_transfers(graph: nx.Graph, host_mbps: float, with_storage: bool,
     return out
 
 
-def fabric_specs(ctx: RunContext) -> list[str]:
-    """The topology specs the run brings up."""
-    return [ctx.topo or DEFAULT_TOPO]
-
-
-def check(ctx: RunContext) -> None:
-    """Refuse a topology without the ring's ranks and its storage servers."""
-    roles(topologies.build(ctx.topo or DEFAULT_TOPO))
-
-
-def run_count(mode: Mode, seeds: int) -> int:
+def run_count(mode: IsolationMode, seeds: int) -> int:
     """Traffic runs per bring-up (baseline and storage iterations)."""
     return seeds * mode.iterations * len(PHASES)
 
 
-def estimate_s(mode: Mode, seeds: int, host_mbps: float) -> float:
+def estimate_s(mode: IsolationMode, seeds: int, host_mbps: float) -> float:
     """Pessimistic estimate of a run's wall time: bring-ups, idle checks, iterations."""
     per_bringup = (BRINGUP_S + TEARDOWN_S + RUN_OVERHEAD_S + IDLE_BYTES * 8 / (host_mbps * 1e6)
                    + seeds * mode.iterations * (2 * RUN_OVERHEAD_S
                                                 + RING_S * (1 + STORAGE_SLOWDOWN_BUDGET)))
     return len(LANES) * per_bringup
-
 
 
 def _span(rows: list[dict[str, Any]]) -> float | None:
@@ -221,60 +206,8 @@ def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, An
             "valid": bool(report["valid"])}
 
 
-def run(ctx: RunContext) -> dict[str, Any]:
-    """Run baseline and storage iterations per lanes setting; write CSVs and the summary."""
-    topo = ctx.topo or DEFAULT_TOPO
-    graph = topologies.build(topo)
-    mode = QUICK if ctx.quick else FULL
-    seeds = ctx.seed_list(quick_default=QUICK.seeds, full_default=FULL.seeds)
-    who = roles(graph)
-    transport = TransportSpec("tcp")
-    expected = ctx.host_mbps or default_host_mbps(graph, "user")
-    estimate = estimate_s(mode, len(seeds), expected)
-    progress = Progress(len(LANES) * run_count(mode, len(seeds)), NAME)
-    print(f"[{NAME}] {len(LANES)} bring-ups, {progress.total} runs, estimated "
-          f"~{estimate:.0f} s", file=sys.stderr, flush=True)
-    log, rates = RunLog(attempts=ctx.attempts), set()
-    for lanes_name, lanes in LANES.items():
-        with Emulation(graph, ctx.options(host_mbps=ctx.host_mbps, lanes=lanes)) as emu:
-            host_mbps = emu.report.rate_plan.host_mbps
-            rates.add(host_mbps)
-            # interleaved phases: drift hits both alike
-            runs = (Scheduled({"lanes": lanes_name, "seed": seed, "iteration": iteration,
-                               "phase": phase},
-                              iteration_transfers(graph, host_mbps, phase == "storage", who),
-                              seed, (host_mbps, who))
-                    for seed in seeds for iteration in range(mode.iterations)
-                    for phase in PHASES)
-            run_schedules(emu, runs, transport, ctx.run_dir / "work" / lanes_name, progress,
-                          _row_of, log, deadline_s=60.0, capture_spec=ctx.capture)
-    rows = log.rows
-    add_slowdowns(rows)
-    fid = log.write(ctx.run_dir)
-    table = _table(rows)
-    host_mbps = min(rates)
-    notes = _notes(who, host_mbps)
-    results.write_summary(ctx.run_dir, NAME, table, fid,
-                          {"question": QUESTION, "topology": topo, "host_mbps": host_mbps,
-                           "roles": {"ranks": list(who.ranks), "read_client": who.read_client,
-                                     "read_servers": list(who.read_servers),
-                                     "writer": who.writer,
-                                     "write_targets": list(who.write_targets)},
-                           "anchors": {"separate": "collective class held 59.7-59.9 of its "
-                                                   "60 Mbit/s with head-drop leaves "
-                                                   "(DESIGN.md section 3)"},
-                           "notes": notes})
-    return {"table": table, "fidelity": fid, "seeds": seeds,
-            "parameters": {"topology": topo, "lanes": list(LANES), "ranks": RING_RANKS,
-                           "iterations": mode.iterations, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
-                           "ring_bytes": ring_bytes(host_mbps), "storage_bytes":
-                           storage_bytes(host_mbps), "read_rounds": READ_ROUNDS,
-                           "host_mbps": ctx.host_mbps or "auto",
-                           "estimated_s": round(estimate, 1)},
-            "notes": notes}
-
-
-def _notes(who: Roles, host_mbps: float) -> list[str]:
+def notes_for(who: Roles, host_mbps: float) -> list[str]:
+    """What the run set up, what to expect and the anchor."""
     return [
         f"ring all-reduce over {len(who.ranks)} ranks, {ring_bytes(host_mbps)} B "
         f"(~{RING_S:g} s at {host_mbps:g} Mbit/s); storage: striped read to rank "
@@ -287,34 +220,6 @@ def _notes(who: Roles, host_mbps: float) -> list[str]:
         "anchor (DESIGN.md): with head-drop leaves the collective class held 59.7-59.9 of its "
         "60 Mbit/s",
     ]
-
-
-def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per lanes setting: baseline, slowdown (mean, spread), p99 ring time, storage goodput.
-
-    Storage iterations only (baseline rows give ``baseline_ms``, the median);
-    ``valid`` is true only when every iteration of the setting was valid.
-    """
-    table = []
-    for lanes in [l for l in LANES if any(r["lanes"] == l for r in rows)]:
-        mine = [r for r in rows if r["lanes"] == lanes]
-        base = [r["collective_ms"] for r in mine
-                if r["phase"] == "baseline" and r["collective_ms"] is not None]
-        loaded = [r for r in mine if r["phase"] == "storage"]
-        times = [r["collective_ms"] for r in loaded if r["collective_ms"] is not None]
-        slow = [r["collective_slowdown"] for r in loaded if r["collective_slowdown"] is not None]
-        table.append({"lanes": lanes, "iterations": len(loaded),
-                      "baseline_ms": round(statistics.median(base), 2) if base else None,
-                      "collective_ms": mean_or_none(times, 2),
-                      "collective_slowdown": mean_or_none(slow),
-                      "slowdown_min": min(slow) if slow else None,
-                      "slowdown_max": max(slow) if slow else None,
-                      "collective_p99_ms": (round(metrics.percentile(times, 99), 2)
-                                            if times else None),
-                      "storage_goodput_frac": mean_or_none([r["storage_goodput_frac"]
-                                                     for r in loaded]),
-                      "valid": all(truthy(r["valid"]) for r in mine)})
-    return table
 
 
 # --- figures (no root: read the run directory only) ---------------------------
@@ -333,13 +238,14 @@ def _bars(ax: Any, names: Sequence[str], values: list[list[float]]) -> None:
     ax.set_xlabel("lanes")
 
 
-def plot(run_dir: Path) -> list[Path]:
-    """Slowdown and storage goodput per lanes setting; ring iteration times."""
-    plt, summary, runs = load_run(run_dir)
-    mark = plotstyle.validity_mark(summary)
-    names = [l for l in LANES if any(r["lanes"] == l for r in runs)]
-    written = []
-    fig, (left, right) = plt.subplots(1, 2, figsize=(6.4, 2.6))
+def _lane_names(runs: list[dict]) -> list[str]:
+    return [name for name in LANES if any(r["lanes"] == name for r in runs)]
+
+
+def slowdown_figure(data: RunData) -> Any:
+    """Collective slowdown and storage goodput per lanes setting."""
+    runs, names = data.runs, _lane_names(data.runs)
+    fig, (left, right) = data.plt.subplots(1, 2, figsize=(6.4, 2.6))
     _bars(left, names, [_values(runs, n, "storage", "collective_slowdown") for n in names])
     left.axhline(1.0, ls="--", color="grey", lw=1, label="baseline (ring alone)")
     left.set_ylim(bottom=0)
@@ -356,9 +262,13 @@ def plot(run_dir: Path) -> list[Path]:
     right.set_ylim(bottom=0)
     right.set_ylabel("storage goodput / line rate")
     right.set_title("storage goodput")
-    written += plotstyle.save(fig, run_dir, "slowdown", mark)
+    return fig
 
-    fig, ax = plt.subplots(figsize=(3.8, 2.6))
+
+def iteration_time_figure(data: RunData) -> Any:
+    """Ring all-reduce times per lanes setting and phase."""
+    runs, names = data.runs, _lane_names(data.runs)
+    fig, ax = data.plt.subplots(figsize=(3.8, 2.6))
     positions, labels = [], []
     for i, name in enumerate(names):
         for j, phase in enumerate(PHASES):
@@ -374,5 +284,105 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_xticks(positions, labels, fontsize=7)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("ring all-reduce time (ms)")
-    written += plotstyle.save(fig, run_dir, "iteration_time", mark)
-    return written
+    return fig
+
+
+# --- the experiment ------------------------------------------------------------
+
+
+class Isolation(Experiment):
+    """Baseline and storage iterations of a ring all-reduce, in one shared lane and in
+    separate lanes."""
+
+    name = NAME
+    question = QUESTION
+    default_topology = DEFAULT_TOPO
+    modes = {"quick": QUICK, "full": FULL}
+    anchors = {"separate": "collective class held 59.7-59.9 of its 60 Mbit/s with head-drop "
+                           "leaves (DESIGN.md section 3)"}
+
+    def check(self, ctx: RunContext) -> None:
+        """Refuse a topology without the ring's ranks and its storage servers."""
+        roles(self.graph(ctx))
+
+    def run_count(self, ctx: RunContext) -> int:
+        return len(LANES) * run_count(self.mode(ctx), len(self.seeds(ctx)))
+
+    def estimate_s(self, ctx: RunContext) -> float:
+        graph = self.graph(ctx)
+        expected = ctx.host_mbps or default_host_mbps(graph, "user")
+        return estimate_s(self.mode(ctx), len(self.seeds(ctx)), expected)
+
+    def measure(self, ctx: RunContext, runner: Runner) -> Measured:
+        """One bring-up per lanes setting; baseline and storage iterations interleaved
+        (drift hits both alike)."""
+        topo = self.topologies(ctx)[0]
+        graph = topologies.build(topo)
+        mode, seeds, who = self.mode(ctx), self.seeds(ctx), roles(graph)
+        rates = set()
+        for lanes_name, lanes in LANES.items():
+            with runner.bring_up(graph, host_mbps=ctx.host_mbps, lanes=lanes) as emu:
+                host_mbps = emu.report.rate_plan.host_mbps
+                rates.add(host_mbps)
+                runs = (Scheduled({"lanes": lanes_name, "seed": seed, "iteration": iteration,
+                                   "phase": phase},
+                                  iteration_transfers(graph, host_mbps, phase == "storage",
+                                                      who),
+                                  seed, (host_mbps, who))
+                        for seed in seeds for iteration in range(mode.iterations)
+                        for phase in PHASES)
+                runner.run(emu, runs, TransportSpec("tcp"), lanes_name, _row_of,
+                           deadline_s=60.0)
+        host_mbps = min(rates)
+        return Measured(
+            {"topology": topo, "lanes": list(LANES), "ranks": RING_RANKS,
+             "iterations": mode.iterations, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
+             "ring_bytes": ring_bytes(host_mbps), "storage_bytes": storage_bytes(host_mbps),
+             "read_rounds": READ_ROUNDS, "host_mbps": ctx.host_mbps or "auto",
+             "estimated_s": round(self.estimate_s(ctx), 1)},
+            {"topology": topo, "host_mbps": host_mbps,
+             "roles": {"ranks": list(who.ranks), "read_client": who.read_client,
+                       "read_servers": list(who.read_servers), "writer": who.writer,
+                       "write_targets": list(who.write_targets)}})
+
+    def finish(self, rows: list[dict[str, Any]]) -> None:
+        add_slowdowns(rows)
+
+    def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Per lanes setting: baseline, slowdown (mean, spread), p99 ring time, storage goodput.
+
+        Storage iterations only (baseline rows give ``baseline_ms``, the median);
+        ``valid`` is true only when every iteration of the setting was valid.
+        """
+        table = []
+        for lanes in [l for l in LANES if any(r["lanes"] == l for r in rows)]:
+            mine = [r for r in rows if r["lanes"] == lanes]
+            base = [r["collective_ms"] for r in mine
+                    if r["phase"] == "baseline" and r["collective_ms"] is not None]
+            loaded = [r for r in mine if r["phase"] == "storage"]
+            times = [r["collective_ms"] for r in loaded if r["collective_ms"] is not None]
+            slow = [r["collective_slowdown"] for r in loaded
+                    if r["collective_slowdown"] is not None]
+            table.append({"lanes": lanes, "iterations": len(loaded),
+                          "baseline_ms": round(statistics.median(base), 2) if base else None,
+                          "collective_ms": mean_or_none(times, 2),
+                          "collective_slowdown": mean_or_none(slow),
+                          "slowdown_min": min(slow) if slow else None,
+                          "slowdown_max": max(slow) if slow else None,
+                          "collective_p99_ms": (round(metrics.percentile(times, 99), 2)
+                                                if times else None),
+                          "storage_goodput_frac": mean_or_none([r["storage_goodput_frac"]
+                                                         for r in loaded]),
+                          "valid": all(truthy(r["valid"]) for r in mine)})
+        return table
+
+    def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
+              ) -> list[str]:
+        graph = self.graph(ctx)
+        return notes_for(roles(graph), measured.summary["host_mbps"])
+
+    def figures(self) -> Mapping[str, Any]:
+        return {"slowdown": slowdown_figure, "iteration_time": iteration_time_figure}
+
+
+EXPERIMENT = Isolation()

@@ -36,17 +36,16 @@ two-layer Clos so that job performance does not depend on placement.
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, against_ideal, as_float,
-                                ideal_rows, load_run, run_schedules)
-from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation, ovs
+from fabric.analysis import plotstyle
+from fabric.emulation import ovs
 from fabric.emulation.machine_speed import default_host_mbps
+from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
+from fabric.experiment.measures import against_ideal, as_float, ideal_rows
 from fabric.model import graph as fg
 from fabric.model.spec import parse_spec
 from fabric.traffic import collectives
@@ -152,21 +151,6 @@ def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
     return out
 
 
-def fabric_specs(ctx: RunContext) -> list[str]:
-    """The topology specs the run brings up."""
-    return [spec for _, spec in topology_specs(ctx.topo)]
-
-
-def check(ctx: RunContext) -> None:
-    """Refuse a topology without leaf oversubscription or two hosts under a leaf."""
-    for _, spec in topology_specs(ctx.topo):
-        graph = topologies.build(spec)
-        if leaf_size(graph) < 2:
-            raise ScheduleError(f"{NAME}: {spec} has fewer than two hosts under a leaf; "
-                                f"a packed ring needs two")
-        schedules(graph, 0, 1.0, TARGET_S[ctx.quick])
-
-
 def estimate_duration_s(graphs: list[nx.Graph], quick: bool, seeds: int | None = None) -> float:
     """Wall-clock estimate of ``run`` (pure). A ring that crosses the spines is
     costed at half its uplink share (one ECMP collision), the worst seen case."""
@@ -234,95 +218,20 @@ def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, An
     return {**row, **against_ideal(row["busbw_frac"], ideal)}
 
 
-def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """busbw_frac mean/min/max per (oversubscription, placement); incomplete runs counted."""
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        groups.setdefault((float(row["oversubscription"]), row["placement"]), []).append(row)
-    table = []
-    for (over, placement), group in sorted(groups.items(),
-                                           key=lambda kv: (kv[0][0], PLACEMENTS.index(kv[0][1])
-                                                           if kv[0][1] in PLACEMENTS else 99)):
-        values = [float(r["busbw_frac"]) for r in group if r["busbw_frac"] not in (None, "")]
-        shares = [float(r["spine_crossing_share"]) for r in group]
-        ideals = [float(r["ideal"]) for r in group if r.get("ideal") not in (None, "")]
-        effs = [float(r["efficiency"]) for r in group if r.get("efficiency") not in (None, "")]
-        table.append({"oversubscription": int(over) if over.is_integer() else over,
-                      "placement": placement, "seeds": len(group),
-                      "busbw_frac": round(statistics.fmean(values), 4) if values else None,
-                      "busbw_frac_min": min(values) if values else None,
-                      "busbw_frac_max": max(values) if values else None,
-                      "ideal": round(statistics.fmean(ideals), 4) if ideals else None,
-                      "efficiency": round(statistics.fmean(effs), 4) if effs else None,
-                      "spine_crossing_share": round(statistics.fmean(shares), 4),
-                      "incomplete": len(group) - len(values)})
-    return table
+# --- figures (no root: read the run directory only) ---------------------------
 
-
-# --- run and plot --------------------------------------------------------------
-
-def run(ctx: RunContext) -> dict[str, Any]:
-    """Two bring-ups (1:1 and 2:1); per seed, packed and scattered."""
-    seeds = ctx.seed_list(quick_default=2, full_default=10)
-    specs = topology_specs(ctx.topo)
-    graphs = {spec: topologies.build(spec) for _, spec in specs}
-    n = leaf_size(graphs[specs[0][1]])
-    target = TARGET_S[ctx.quick]
-    datapath = ovs.choose_datapath(ctx.options().datapath)
-    host_mbps = ctx.host_mbps or common_host_mbps(list(graphs.values()), datapath)
-    transport = TransportSpec("tcp")
-    progress = Progress(len(specs) * len(seeds) * len(PLACEMENTS), NAME)
-    log = RunLog(attempts=ctx.attempts)
-    for over, spec in specs:
-        graph = graphs[spec]
-        with Emulation(graph, ctx.options(host_mbps=host_mbps)) as emu:
-            used = emu.report.rate_plan.host_mbps
-            runs = (Scheduled({"oversubscription": over, "placement": sched["placement"],
-                               "seed": seed}, sched["transfers"], seed,
-                              {**sched, "graph": graph, "spec": spec, "host_mbps": used,
-                               "link_mbps": emu.report.rate_plan.link_mbps})
-                    for seed in seeds for sched in schedules(graph, seed, used, target, n))
-            run_schedules(emu, runs, transport, ctx.run_dir / "work" / f"over{over}", progress,
-                          _row_of, log, deadline_s=max(30.0, DEADLINE_FACTOR * target),
-                          capture_spec=ctx.capture)
-    rows = log.rows
-    fid = log.write(ctx.run_dir)
-    table = _table(rows)
-    results.write_summary(ctx.run_dir, NAME, table, fid,
-                          {"question": QUESTION, "topologies": [s for _, s in specs],
-                           "ranks": n, "host_mbps": host_mbps,
-                           "uplink_frac": {str(o): uplink_frac(graphs[s]) for o, s in specs},
-                           "anchors": {"meta-rsc": "non-blocking two-layer Clos: job "
-                                       "performance independent of placement",
-                                       "oversubscribed": "2:1 penalises jobs whose traffic "
-                                       "crosses the spines"}})
-    notes = [f"{spec}: one ECMP flow across the spines gets at most "
-             f"{uplink_frac(graphs[spec]):.2f} of the host rate" for _, spec in specs]
-    for placement in PLACEMENTS:
-        shares = [r["spine_crossing_share"] for r in rows if r["placement"] == placement]
-        if shares:
-            notes.append(f"{placement}: share of the {n} ring hops crossing the spines "
-                         f"{min(shares):.2f}-{max(shares):.2f}")
-    return {"table": table, "fidelity": fid, "seeds": seeds,
-            "parameters": {"topologies": [s for _, s in specs], "ranks": n,
-                           "collective": COLLECTIVE, "placements": PLACEMENTS,
-                           "transport": "tcp", "tcp_cc": ctx.tcp_cc, "target_s": target,
-                           "host_mbps": ctx.host_mbps or "auto (min of both fabrics)",
-                           "host_mbps_used": host_mbps},
-            "notes": notes}
-
-
-def plot(run_dir: Path) -> list[Path]:
-    """Grouped bars of busbw / host rate (oversubscription x placement) with
-    spread; busbw against the spine-crossing share."""
-    plt, summary, runs = load_run(run_dir)
-    mark = plotstyle.validity_mark(summary, runs)
+def _groups(runs: list[dict]) -> tuple[list[float], list[str]]:
+    """The oversubscriptions and placements of a run directory."""
     overs = sorted({float(r["oversubscription"]) for r in runs})
-    placements = [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
-    width = 0.8 / max(1, len(placements))
-    written = []
+    return overs, [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
 
-    fig, ax = plt.subplots(figsize=(2.8 + 1.3 * len(overs), 2.7))
+
+def busbw_figure(data: RunData) -> Any:
+    """Grouped bars of busbw / host rate (oversubscription x placement) with spread."""
+    runs = data.runs
+    overs, placements = _groups(runs)
+    width = 0.8 / max(1, len(placements))
+    fig, ax = data.plt.subplots(figsize=(2.8 + 1.3 * len(overs), 2.7))
     for j, placement in enumerate(placements):
         for i, over in enumerate(overs):
             mine = [r for r in runs if float(r["oversubscription"]) == over
@@ -340,15 +249,20 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_xlabel("leaf oversubscription")
     ax.set_ylabel("busbw / host rate")
     ax.set_ylim(0, 1.1)
-    ax.set_title(f"ring all-reduce of {summary.get('ranks', '?')} ranks")
+    ax.set_title(f"ring all-reduce of {data.summary.get('ranks', '?')} ranks")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    written += plotstyle.save(fig, run_dir, "busbw", mark)
+    return fig
 
-    fig, ax = plt.subplots(figsize=(3.4, 2.6))
+
+def crossing_figure(data: RunData) -> Any:
+    """busbw against the share of ring hops crossing the spines."""
+    overs, placements = _groups(data.runs)
+    fig, ax = data.plt.subplots(figsize=(3.4, 2.6))
     markers = ["o", "s", "^", "D"]
     for i, over in enumerate(overs):
         for j, placement in enumerate(placements):
-            pts = [(float(r["spine_crossing_share"]), as_float(r["busbw_frac"])) for r in runs
+            pts = [(float(r["spine_crossing_share"]), as_float(r["busbw_frac"]))
+                   for r in data.runs
                    if float(r["oversubscription"]) == over and r["placement"] == placement]
             pts = [(x, y) for x, y in pts if y is not None]
             if pts:
@@ -361,5 +275,111 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_xlim(-0.05, 1.05)
     ax.set_ylim(0, 1.1)
     ax.legend(loc="lower left", fontsize=7)
-    written += plotstyle.save(fig, run_dir, "busbw_vs_crossing", mark)
-    return written
+    return fig
+
+
+# --- the experiment ------------------------------------------------------------
+
+
+class Placement(Experiment):
+    """A packed and a scattered ring all-reduce on a non-blocking and a 2:1
+    oversubscribed Clos, at one host rate."""
+
+    name = NAME
+    question = QUESTION
+    default_topology = DEFAULT_TOPO
+    modes = {"quick": Mode(seeds=2), "full": Mode(seeds=10)}
+    anchors = {"meta-rsc": "non-blocking two-layer Clos: job performance independent of "
+                           "placement",
+               "oversubscribed": "2:1 penalises jobs whose traffic crosses the spines"}
+
+    def topologies(self, ctx: RunContext) -> list[str]:
+        return [spec for _, spec in topology_specs(ctx.topo)]
+
+    def check(self, ctx: RunContext) -> None:
+        """Refuse a topology without leaf oversubscription or two hosts under a leaf."""
+        for spec in self.topologies(ctx):
+            graph = topologies.build(spec)
+            if leaf_size(graph) < 2:
+                raise ScheduleError(f"{NAME}: {spec} has fewer than two hosts under a leaf; "
+                                    f"a packed ring needs two")
+            schedules(graph, 0, 1.0, TARGET_S[ctx.quick])
+
+    def run_count(self, ctx: RunContext) -> int:
+        return len(self.topologies(ctx)) * len(self.seeds(ctx)) * len(PLACEMENTS)
+
+    def estimate_s(self, ctx: RunContext) -> float:
+        return estimate_duration_s([topologies.build(s) for s in self.topologies(ctx)],
+                                   ctx.quick, len(self.seeds(ctx)))
+
+    def measure(self, ctx: RunContext, runner: Runner) -> Measured:
+        """Two bring-ups (1:1 and 2:1) at one rate; per seed, packed and scattered."""
+        specs = topology_specs(ctx.topo)
+        graphs = {spec: topologies.build(spec) for _, spec in specs}
+        n = leaf_size(graphs[specs[0][1]])
+        target = TARGET_S[ctx.quick]
+        datapath = ovs.choose_datapath(ctx.options().datapath)
+        host_mbps = ctx.host_mbps or common_host_mbps(list(graphs.values()), datapath)
+        for over, spec in specs:
+            graph = graphs[spec]
+            with runner.bring_up(graph, host_mbps=host_mbps) as emu:
+                used = emu.report.rate_plan.host_mbps
+                runs = (Scheduled({"oversubscription": over, "placement": sched["placement"],
+                                   "seed": seed}, sched["transfers"], seed,
+                                  {**sched, "graph": graph, "spec": spec, "host_mbps": used,
+                                   "link_mbps": emu.report.rate_plan.link_mbps})
+                        for seed in self.seeds(ctx)
+                        for sched in schedules(graph, seed, used, target, n))
+                runner.run(emu, runs, TransportSpec("tcp"), f"over{over}", _row_of,
+                           deadline_s=max(30.0, DEADLINE_FACTOR * target))
+        return Measured(
+            {"topologies": [s for _, s in specs], "ranks": n, "collective": COLLECTIVE,
+             "placements": PLACEMENTS, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
+             "target_s": target, "host_mbps": ctx.host_mbps or "auto (min of both fabrics)",
+             "host_mbps_used": host_mbps},
+            {"topologies": [s for _, s in specs], "ranks": n, "host_mbps": host_mbps,
+             "uplink_frac": {str(o): uplink_frac(graphs[s]) for o, s in specs}})
+
+    def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """busbw_frac mean/min/max per (oversubscription, placement); incomplete runs counted."""
+        groups: dict[tuple, list[dict]] = {}
+        for row in rows:
+            groups.setdefault((float(row["oversubscription"]), row["placement"]), []).append(row)
+        table = []
+        for (over, placement), group in sorted(groups.items(),
+                                               key=lambda kv: (kv[0][0], PLACEMENTS.index(kv[0][1])
+                                                               if kv[0][1] in PLACEMENTS else 99)):
+            values = [float(r["busbw_frac"]) for r in group if r["busbw_frac"] not in (None, "")]
+            shares = [float(r["spine_crossing_share"]) for r in group]
+            ideals = [float(r["ideal"]) for r in group if r.get("ideal") not in (None, "")]
+            effs = [float(r["efficiency"]) for r in group if r.get("efficiency") not in (None, "")]
+            table.append({"oversubscription": int(over) if over.is_integer() else over,
+                          "placement": placement, "seeds": len(group),
+                          "busbw_frac": round(statistics.fmean(values), 4) if values else None,
+                          "busbw_frac_min": min(values) if values else None,
+                          "busbw_frac_max": max(values) if values else None,
+                          "ideal": round(statistics.fmean(ideals), 4) if ideals else None,
+                          "efficiency": round(statistics.fmean(effs), 4) if effs else None,
+                          "spine_crossing_share": round(statistics.fmean(shares), 4),
+                          "incomplete": len(group) - len(values)})
+        return table
+
+    def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
+              ) -> list[str]:
+        """The most one ECMP flow across the spines gets, and how many ring hops cross."""
+        notes = [f"{spec}: one ECMP flow across the spines gets at most "
+                 f"{uplink_frac(topologies.build(spec)):.2f} of the host rate"
+                 for spec in self.topologies(ctx)]
+        n = measured.summary["ranks"]
+        for placement in PLACEMENTS:
+            shares = [r["spine_crossing_share"] for r in rows if r["placement"] == placement]
+            if shares:
+                notes.append(f"{placement}: share of the {n} ring hops crossing the spines "
+                             f"{min(shares):.2f}-{max(shares):.2f}")
+        return notes
+
+    def figures(self) -> Mapping[str, Any]:
+        return {"busbw": busbw_figure, "busbw_vs_crossing": crossing_figure}
+
+
+EXPERIMENT = Placement()

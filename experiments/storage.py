@@ -36,19 +36,16 @@ fetch latency (pMax), not a low mean.
 from __future__ import annotations
 
 import statistics
-import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, load_run, mean_or_none,
-                                run_schedules, truthy)
-from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation
+from fabric.analysis import plotstyle
 from fabric.emulation.machine_speed import default_host_mbps
+from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
+from fabric.experiment.measures import mean_or_none, truthy
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
 from fabric.traffic import collectives, metrics
@@ -85,16 +82,15 @@ QUICK_BUDGET_S = 150.0
 
 
 @dataclass(frozen=True)
-class Mode:
+class StorageMode(Mode):
     """Steps per dataloading run, stampede sizes (0: every training host), seeds."""
 
     steps: int
     clients: tuple[int, ...]
-    seeds: int
 
 
-QUICK = Mode(steps=5, clients=(1, 4, 0), seeds=1)
-FULL = Mode(steps=10, clients=(1, 2, 4, 8, 0), seeds=3)
+QUICK = StorageMode(seeds=1, steps=5, clients=(1, 4, 0))
+FULL = StorageMode(seeds=3, steps=10, clients=(1, 2, 4, 8, 0))
 
 
 @dataclass(frozen=True)
@@ -128,7 +124,7 @@ def storage_links(graph: nx.Graph, who: Roles) -> int:
     return sum(len(graph.nodes[s]["nics"]) for s in who.servers)
 
 
-def clients_of(mode: Mode, who: Roles) -> list[int]:
+def clients_of(mode: StorageMode, who: Roles) -> list[int]:
     """The stampede sizes of ``mode`` on this fabric (0 means every training host)."""
     n = len(who.training)
     return sorted({min(c or n, n) for c in mode.clients})
@@ -205,17 +201,7 @@ def endpoint_bound_s(transfers: Sequence[Transfer], graph: nx.Graph, host_mbps: 
     return worst * TCP_WIRE / _bytes_per_s(host_mbps)
 
 
-def fabric_specs(ctx: RunContext) -> list[str]:
-    """The topology specs the run brings up."""
-    return [ctx.topo or DEFAULT_TOPO]
-
-
-def check(ctx: RunContext) -> None:
-    """Refuse a fabric without two training hosts beside its storage servers."""
-    roles(topologies.build(ctx.topo or DEFAULT_TOPO))
-
-
-def estimate_s(mode: Mode, seeds: int, who: Roles, host_mbps: float) -> float:
+def estimate_s(mode: StorageMode, seeds: int, who: Roles, host_mbps: float) -> float:
     """Pessimistic estimate of a run's wall time: bring-ups, idle checks, traffic runs.
 
     A dataloading run lasts its steps plus the warm-up batch, twice over
@@ -347,88 +333,46 @@ def measure_restore(result: Any, transfers: Sequence[Transfer], who: Roles, grap
 
 # --- the run -------------------------------------------------------------------
 
-def run(ctx: RunContext) -> dict[str, Any]:
-    """Dataloading under each condition and the stampede sweep; CSVs and the summary."""
-    topo = ctx.topo or DEFAULT_TOPO
-    graph = topologies.build(topo)
-    mode = QUICK if ctx.quick else FULL
-    seeds = ctx.seed_list(quick_default=QUICK.seeds, full_default=FULL.seeds)
-    who = roles(graph)
-    links = storage_links(graph, who)
-    sizes = clients_of(mode, who)
-    transport = TransportSpec("tcp")
-    expected = ctx.host_mbps or default_host_mbps(graph, "user")
-    estimate = estimate_s(mode, len(seeds), who, expected)
-    total = len(seeds) * (len(CONDITIONS) + len(SOURCES) * len(sizes))
-    progress = Progress(total, NAME)
-    print(f"[{NAME}] {len(LANES)} bring-ups, {total} runs, estimated ~{estimate:.0f} s",
-          file=sys.stderr, flush=True)
-    log, fetch_rows, rates = RunLog(attempts=ctx.attempts), [], set()
-    for lanes_name, lanes in LANES.items():
-        with Emulation(graph, ctx.options(host_mbps=ctx.host_mbps, lanes=lanes)) as emu:
-            host_mbps = emu.report.rate_plan.host_mbps
-            rates.add(host_mbps)
-
-            def row_of(run: Scheduled, result: Any, report: dict[str, Any],
-                       rate: float = host_mbps) -> dict[str, Any]:
-                complete = bool(result.complete and not result.errors)
-                base = {"host_mbps": rate, "complete": complete,
-                        "valid": bool(report["valid"] and complete)}
-                if run.keys["part"] == "dataloading":
-                    row, fetches = measure_loading(result, who, mode.steps, graph, rate, links)
-                    fetch_rows.extend({**run.keys, **f} for f in fetches)
-                    return {**base, **row}
-                return {**base, **measure_restore(result, run.transfers, who, graph, rate)}
-
-            def runs(rate: float = host_mbps, lanes_name: str = lanes_name
-                     ) -> Iterator[Scheduled]:
-                for seed in seeds:
-                    for condition, (lane_set, _) in CONDITIONS.items():
-                        if lane_set == lanes_name:
-                            yield Scheduled({"part": "dataloading", "condition": condition,
-                                             "source": "", "clients": len(who.training),
-                                             "seed": seed},
-                                            loading_transfers(who, condition, rate,
-                                                              mode.steps, links), seed)
-                    if lanes_name != "shared":
-                        continue  # the stampede runs on the one-lane fabric
-                    for source in SOURCES:
-                        for clients in sizes:
-                            yield Scheduled({"part": "stampede", "condition": "",
-                                             "source": source, "clients": clients,
-                                             "seed": seed},
-                                            restore_transfers(who, source, clients, rate),
-                                            seed)
-
-            run_schedules(emu, runs(), transport, ctx.run_dir / "work" / lanes_name,
-                          progress, row_of, log, deadline_s=60.0 if ctx.quick else 120.0,
-                          capture_spec=ctx.capture)
-    fid = log.write(ctx.run_dir)
-    results.write_csv(ctx.run_dir / "fetches.csv", fetch_rows)
-    table = _table(log.rows)
-    host_mbps = min(rates)
-    notes = _notes(who, host_mbps, links, mode)
-    anchors = {"cache_hit_rate": HIT_RATE, "metadata_access_ms": [1, 2],
-               "source": "Meta's AI storage blueprint: distributed cache with 80 % average "
-                         "hit rate for restore reads; 1-2 ms metadata access; low pMax"}
-    results.write_summary(ctx.run_dir, NAME, table, fid,
-                          {"question": QUESTION, "topology": topo, "host_mbps": host_mbps,
-                           "roles": {"training": list(who.training),
-                                     "servers": list(who.servers)},
-                           "compute_ms": COMPUTE_S * 1e3, "anchors": anchors, "notes": notes})
-    return {"table": table, "fidelity": fid, "seeds": seeds,
-            "parameters": {"topology": topo, "conditions": list(CONDITIONS),
-                           "sources": list(SOURCES), "clients": sizes, "steps": mode.steps,
-                           "compute_s": COMPUTE_S, "storage_load": STORAGE_LOAD,
-                           "hit_rate": HIT_RATE, "admission": ADMISSION,
-                           "shards": SHARDS_PER_SERVER * len(who.servers),
-                           "transport": "tcp", "tcp_cc": ctx.tcp_cc,
-                           "host_mbps": ctx.host_mbps or "auto",
-                           "estimated_s": round(estimate, 1)},
-            "notes": notes}
+def _schedules(who: Roles, mode: StorageMode, seeds: list[int], lanes_name: str,
+               host_mbps: float, links: int) -> Iterator[Scheduled]:
+    """The runs of one bring-up: the dataloading conditions of its lanes, and on the
+    one-lane fabric the stampede sweep."""
+    for seed in seeds:
+        for condition, (lane_set, _) in CONDITIONS.items():
+            if lane_set == lanes_name:
+                yield Scheduled({"part": "dataloading", "condition": condition, "source": "",
+                                 "clients": len(who.training), "seed": seed},
+                                loading_transfers(who, condition, host_mbps, mode.steps,
+                                                  links), seed)
+        if lanes_name != "shared":
+            continue  # the stampede runs on the one-lane fabric
+        for source in SOURCES:
+            for clients in clients_of(mode, who):
+                yield Scheduled({"part": "stampede", "condition": "", "source": source,
+                                 "clients": clients, "seed": seed},
+                                restore_transfers(who, source, clients, host_mbps), seed)
 
 
-def _notes(who: Roles, host_mbps: float, links: int, mode: Mode) -> list[str]:
+def _row_function(runner: Runner, who: Roles, graph: nx.Graph, steps: int, links: int,
+                  host_mbps: float) -> Any:
+    """The row of a run; a dataloading run's batches go to fetches.csv."""
+    fetch_rows = runner.table("fetches")
+
+    def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
+        complete = bool(result.complete and not result.errors)
+        base = {"host_mbps": host_mbps, "complete": complete,
+                "valid": bool(report["valid"] and complete)}
+        if run.keys["part"] == "dataloading":
+            row, fetches = measure_loading(result, who, steps, graph, host_mbps, links)
+            fetch_rows.extend({**run.keys, **f} for f in fetches)
+            return {**base, **row}
+        return {**base, **measure_restore(result, run.transfers, who, graph, host_mbps)}
+
+    return row_of
+
+
+def notes_for(who: Roles, host_mbps: float, links: int, mode: StorageMode) -> list[str]:
+    """What each part set up and what to expect of it."""
     n = len(who.training)
     shards = SHARDS_PER_SERVER * len(who.servers)
     return [
@@ -457,53 +401,17 @@ def _summed_losses(rows: list[dict[str, Any]]) -> dict[str, int]:
     return {k: sum(r[k] for r in rows) for k in ("drops", "retransmits", "timeouts")}
 
 
-def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Dataloading per condition, then the stampede per source and clients (mean over
-    seeds; fetch_max is the maximum; losses are summed). ``valid`` only when every run of
-    the row was."""
-    table = []
-    loading = [r for r in rows if r["part"] == "dataloading"]
-    for condition in [c for c in CONDITIONS if any(r["condition"] == c for r in loading)]:
-        mine = [r for r in loading if r["condition"] == condition]
-        maxima = [r["fetch_max_ms"] for r in mine if r["fetch_max_ms"] is not None]
-        table.append({"part": "dataloading", "condition": condition, "runs": len(mine),
-                      "fetch_ideal_ms": mine[0]["fetch_ideal_ms"],
-                      **{k: mean_or_none([r[k] for r in mine], 1)
-                         for k in ("fetch_p50_ms", "fetch_p99_ms")},
-                      "fetch_max_ms": max(maxima) if len(maxima) == len(mine) else None,
-                      "stall_ms_per_step": mean_or_none([r["stall_ms_per_step"] for r in mine],
-                                                        1),
-                      "step_slowdown": mean_or_none([r["step_slowdown"] for r in mine]),
-                      "collective_ms": mean_or_none([r["collective_ms"] for r in mine], 1),
-                      **_summed_losses(mine),
-                      "valid": all(truthy(r["valid"]) for r in mine)})
-    stampede = [r for r in rows if r["part"] == "stampede"]
-    for source in [s for s in SOURCES if any(r["source"] == s for r in stampede)]:
-        for clients in sorted({r["clients"] for r in stampede if r["source"] == source}):
-            mine = [r for r in stampede if r["source"] == source and r["clients"] == clients]
-            table.append({"part": "stampede", "source": source, "clients": clients,
-                          "runs": len(mine), "ideal_restore_s": mine[0]["ideal_restore_s"],
-                          "restore_s": mean_or_none([r["restore_s"] for r in mine], 3),
-                          "restore_p99_s": mean_or_none([r["restore_p99_s"] for r in mine], 3),
-                          "storage_link_util": mean_or_none([r["storage_link_util"]
-                                                             for r in mine]),
-                          **_summed_losses(mine),
-                          "valid": all(truthy(r["valid"]) for r in mine)})
-    return table
-
-
 # --- figures (no root: read the run directory only) -----------------------------
 
-def plot(run_dir: Path) -> list[Path]:
+def storage_figure(data: RunData) -> Any:
     """One figure, both parts: fetch-latency CDFs with the step budget (left), restore
     time against clients per source with each source's ideal (right)."""
-    plt, summary, runs = load_run(run_dir)
-    fetches = results.read_csv(run_dir / "fetches.csv") if (run_dir / "fetches.csv").exists() \
-        else []
-    fig, (left, right) = plt.subplots(1, 2, figsize=(7.2, 2.8))
-    _fetch_cdf(left, fetches, runs, float(summary.get("compute_ms", COMPUTE_S * 1e3)))
-    _restore_curves(right, [r for r in runs if r["part"] == "stampede"])
-    return plotstyle.save(fig, run_dir, "storage", plotstyle.validity_mark(summary))
+    fetches = data.csv("fetches") if (data.run_dir / "fetches.csv").exists() else []
+    fig, (left, right) = data.plt.subplots(1, 2, figsize=(7.2, 2.8))
+    _fetch_cdf(left, fetches, data.runs,
+               float(data.summary.get("compute_ms", COMPUTE_S * 1e3)))
+    _restore_curves(right, [r for r in data.runs if r["part"] == "stampede"])
+    return fig
 
 
 def _fetch_cdf(ax: Any, fetches: list[dict[str, str]], runs: list[dict[str, str]],
@@ -548,3 +456,107 @@ def _restore_curves(ax: Any, stampede: list[dict[str, str]]) -> None:
     ax.set_ylabel("restore time (s)")
     ax.set_title("checkpoint-restore stampede")
     ax.legend(loc="upper left", fontsize=7)
+
+
+# --- the experiment ------------------------------------------------------------
+
+
+class Storage(Experiment):
+    """Dataloading under a collective, and a checkpoint-restore stampede by source."""
+
+    name = NAME
+    question = QUESTION
+    default_topology = DEFAULT_TOPO
+    modes = {"quick": QUICK, "full": FULL}
+    anchors = {"cache_hit_rate": HIT_RATE, "metadata_access_ms": [1, 2],
+               "source": "Meta's AI storage blueprint: distributed cache with 80 % average "
+                         "hit rate for restore reads; 1-2 ms metadata access; low pMax"}
+
+    def check(self, ctx: RunContext) -> None:
+        """Refuse a fabric without two training hosts beside its storage servers."""
+        roles(self.graph(ctx))
+
+    def run_count(self, ctx: RunContext) -> int:
+        who = roles(self.graph(ctx))
+        return len(self.seeds(ctx)) * (len(CONDITIONS) + len(SOURCES)
+                                       * len(clients_of(self.mode(ctx), who)))
+
+    def estimate_s(self, ctx: RunContext) -> float:
+        graph = self.graph(ctx)
+        return estimate_s(self.mode(ctx), len(self.seeds(ctx)), roles(graph),
+                          ctx.host_mbps or default_host_mbps(graph, "user"))
+
+    def measure(self, ctx: RunContext, runner: Runner) -> Measured:
+        """One bring-up per lanes setting: dataloading under each condition, and the
+        stampede sweep on the one-lane fabric."""
+        topo = self.topologies(ctx)[0]
+        graph = topologies.build(topo)
+        mode, seeds = self.mode(ctx), self.seeds(ctx)
+        who = roles(graph)
+        links = storage_links(graph, who)
+        rates = set()
+        for lanes_name, lanes in LANES.items():
+            with runner.bring_up(graph, host_mbps=ctx.host_mbps, lanes=lanes) as emu:
+                host_mbps = emu.report.rate_plan.host_mbps
+                rates.add(host_mbps)
+                runner.run(emu, _schedules(who, mode, seeds, lanes_name, host_mbps, links),
+                           TransportSpec("tcp"), lanes_name,
+                           _row_function(runner, who, graph, mode.steps, links, host_mbps),
+                           deadline_s=60.0 if ctx.quick else 120.0)
+        return Measured(
+            {"topology": topo, "conditions": list(CONDITIONS), "sources": list(SOURCES),
+             "clients": clients_of(mode, who), "steps": mode.steps, "compute_s": COMPUTE_S,
+             "storage_load": STORAGE_LOAD, "hit_rate": HIT_RATE, "admission": ADMISSION,
+             "shards": SHARDS_PER_SERVER * len(who.servers), "transport": "tcp",
+             "tcp_cc": ctx.tcp_cc, "host_mbps": ctx.host_mbps or "auto",
+             "estimated_s": round(self.estimate_s(ctx), 1)},
+            {"topology": topo, "host_mbps": min(rates),
+             "roles": {"training": list(who.training), "servers": list(who.servers)},
+             "compute_ms": COMPUTE_S * 1e3})
+
+    def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Dataloading per condition, then the stampede per source and clients (mean over
+        seeds; fetch_max is the maximum; losses are summed). ``valid`` only when every run of
+        the row was."""
+        table = []
+        loading = [r for r in rows if r["part"] == "dataloading"]
+        for condition in [c for c in CONDITIONS if any(r["condition"] == c for r in loading)]:
+            mine = [r for r in loading if r["condition"] == condition]
+            maxima = [r["fetch_max_ms"] for r in mine if r["fetch_max_ms"] is not None]
+            table.append({"part": "dataloading", "condition": condition, "runs": len(mine),
+                          "fetch_ideal_ms": mine[0]["fetch_ideal_ms"],
+                          **{k: mean_or_none([r[k] for r in mine], 1)
+                             for k in ("fetch_p50_ms", "fetch_p99_ms")},
+                          "fetch_max_ms": max(maxima) if len(maxima) == len(mine) else None,
+                          "stall_ms_per_step": mean_or_none([r["stall_ms_per_step"] for r in mine],
+                                                            1),
+                          "step_slowdown": mean_or_none([r["step_slowdown"] for r in mine]),
+                          "collective_ms": mean_or_none([r["collective_ms"] for r in mine], 1),
+                          **_summed_losses(mine),
+                          "valid": all(truthy(r["valid"]) for r in mine)})
+        stampede = [r for r in rows if r["part"] == "stampede"]
+        for source in [s for s in SOURCES if any(r["source"] == s for r in stampede)]:
+            for clients in sorted({r["clients"] for r in stampede if r["source"] == source}):
+                mine = [r for r in stampede if r["source"] == source and r["clients"] == clients]
+                table.append({"part": "stampede", "source": source, "clients": clients,
+                              "runs": len(mine), "ideal_restore_s": mine[0]["ideal_restore_s"],
+                              "restore_s": mean_or_none([r["restore_s"] for r in mine], 3),
+                              "restore_p99_s": mean_or_none([r["restore_p99_s"] for r in mine], 3),
+                              "storage_link_util": mean_or_none([r["storage_link_util"]
+                                                                 for r in mine]),
+                              **_summed_losses(mine),
+                              "valid": all(truthy(r["valid"]) for r in mine)})
+        return table
+
+    def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
+              ) -> list[str]:
+        graph = self.graph(ctx)
+        who = roles(graph)
+        return notes_for(who, measured.summary["host_mbps"], storage_links(graph, who),
+                         self.mode(ctx))
+
+    def figures(self) -> Mapping[str, Any]:
+        return {"storage": storage_figure}
+
+
+EXPERIMENT = Storage()

@@ -37,16 +37,14 @@ storage nodes sit in both zones so that reads never cross.
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import networkx as nx
 
 import topologies
-from experiments.common import (Progress, RunContext, RunLog, Scheduled, against_ideal, as_float,
-                                ideal_rows, load_run, run_schedules)
-from fabric.analysis import plotstyle, results
-from fabric.emulation import Emulation
+from fabric.analysis import plotstyle
+from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
+from fabric.experiment.measures import against_ideal, as_float, ideal_rows
 from fabric.model import graph as fg
 from fabric.traffic import collectives, storage
 from fabric.traffic.model import ScheduleError, TransportSpec
@@ -208,16 +206,6 @@ def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
     return runs
 
 
-def fabric_specs(ctx: RunContext) -> list[str]:
-    """The topology specs the run brings up."""
-    return [ctx.topo or DEFAULT_TOPO]
-
-
-def check(ctx: RunContext) -> None:
-    """Refuse a topology without two zones of compute hosts and dual-homed storage."""
-    schedules(topologies.build(ctx.topo or DEFAULT_TOPO), 0, 1.0, TARGET_S[ctx.quick])
-
-
 def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) -> float:
     """Wall-clock estimate of ``run`` (pure): bring-up plus every run's fixed cost
     and its traffic time at the inter-zone bound (the worst case)."""
@@ -277,36 +265,8 @@ def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, An
     return {**row, **against_ideal(row["busbw_frac"], ideal)}
 
 
-def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """busbw_frac mean/min/max, inter-zone bytes and the bound per placement.
-
-    Incomplete runs (busbw_frac None) are counted, not averaged.
-    """
-    groups: dict[str, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(row["placement"], []).append(row)
-    table = []
-    for placement in [p for p in PLACEMENTS if p in groups] + [p for p in groups
-                                                                if p not in PLACEMENTS]:
-        group = groups[placement]
-        values = [float(r["busbw_frac"]) for r in group if r["busbw_frac"] not in (None, "")]
-        zbytes = [float(r["interzone_bytes"]) for r in group]
-        bounds = [float(r["bound_frac"]) for r in group if r["bound_frac"] not in (None, "")]
-        ideals = [float(r["ideal"]) for r in group if r.get("ideal") not in (None, "")]
-        effs = [float(r["efficiency"]) for r in group if r.get("efficiency") not in (None, "")]
-        table.append({"placement": placement, "seeds": len(group),
-                      "busbw_frac": round(statistics.fmean(values), 4) if values else None,
-                      "busbw_frac_min": min(values) if values else None,
-                      "busbw_frac_max": max(values) if values else None,
-                      "bound_frac": round(statistics.fmean(bounds), 4) if bounds else None,
-                      "ideal": round(statistics.fmean(ideals), 4) if ideals else None,
-                      "efficiency": round(statistics.fmean(effs), 4) if effs else None,
-                      "interzone_mb": round(statistics.fmean(zbytes) / 1e6, 3),
-                      "incomplete": len(group) - len(values)})
-    return table
-
-
-def _notes(rows: list[dict[str, Any]]) -> list[str]:
+def notes_for(rows: list[dict[str, Any]]) -> list[str]:
+    """How many ring hops cross zones, the bound that sets, and where the stripes went."""
     notes = []
     for placement in ("cross-zone", "cross-zone-contiguous"):
         mine = [r for r in rows if r["placement"] == placement]
@@ -327,54 +287,21 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-# --- run and plot --------------------------------------------------------------
+# --- figures (no root: read the run directory only) ---------------------------
 
-def run(ctx: RunContext) -> dict[str, Any]:
-    """One bring-up; per seed every job placement and both storage reads."""
-    seeds = ctx.seed_list(quick_default=2, full_default=10)
-    spec = ctx.topo or DEFAULT_TOPO
-    graph = topologies.build(spec)
-    n = job_size(graph)
-    target = TARGET_S[ctx.quick]
-    transport = TransportSpec("tcp")
-    progress = Progress(len(seeds) * len(PLACEMENTS), NAME)
-    log = RunLog(attempts=ctx.attempts)
-    with Emulation(graph, ctx.options(host_mbps=ctx.host_mbps)) as emu:
-        host_mbps = emu.report.rate_plan.host_mbps
-        runs = (Scheduled({"placement": sched["placement"], "seed": seed}, sched["transfers"],
-                          seed, {**sched, "graph": graph, "host_mbps": host_mbps,
-                                 "link_mbps": emu.report.rate_plan.link_mbps})
-                for seed in seeds for sched in schedules(graph, seed, host_mbps, target, n))
-        run_schedules(emu, runs, transport, ctx.run_dir / "work", progress, _row_of, log,
-                      deadline_s=max(30.0, DEADLINE_FACTOR * target), capture_spec=ctx.capture)
-    rows = log.rows
-    fid = log.write(ctx.run_dir)
-    table = _table(rows)
-    results.write_summary(ctx.run_dir, NAME, table, fid,
-                          {"question": QUESTION, "topology": spec, "ranks": n,
-                           "anchors": {"fire-flyer-2": "jobs are kept inside one zone; the "
-                                       "zones share few links, so cross-zone traffic is "
-                                       "limited by them",
-                                       "storage": "storage nodes are dual-homed: reads stay "
-                                       "in the client's zone"}})
-    return {"table": table, "fidelity": fid, "seeds": seeds,
-            "parameters": {"topology": spec, "ranks": n, "collective": COLLECTIVE,
-                           "placements": PLACEMENTS, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
-                           "target_s": target, "storage_rounds": STORAGE_ROUNDS,
-                           "host_mbps": ctx.host_mbps or "auto", "host_mbps_used": host_mbps},
-            "notes": _notes(rows)}
-
-
-def plot(run_dir: Path) -> list[Path]:
-    """busbw / host rate per placement with spread; inter-zone bytes per placement."""
-    plt, summary, runs = load_run(run_dir)
-    mark = plotstyle.validity_mark(summary, runs)
+def _present(runs: list[dict]) -> tuple[list[str], list[str]]:
+    """The placements of a run directory, and their axis labels."""
     present = [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
     labels = [p.replace("cross-zone-contiguous", "cross-zone\ncontiguous")
               .replace("storage-", "storage\n") for p in present]
-    written = []
+    return present, labels
 
-    fig, ax = plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.8))
+
+def busbw_figure(data: RunData) -> Any:
+    """busbw / host rate per placement with spread, the bound and the ideal."""
+    runs = data.runs
+    present, labels = _present(runs)
+    fig, ax = data.plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.8))
     bound_label = "inter-zone bound"
     for i, placement in enumerate(present):
         mine = [r for r in runs if r["placement"] == placement]
@@ -397,17 +324,107 @@ def plot(run_dir: Path) -> list[Path]:
     ax.set_xticks(range(len(present)), labels)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("busbw / host rate\n(storage: goodput / host rate)")
-    ax.set_title(f"ring all-reduce of {summary.get('ranks', '?')} ranks and striped reads")
+    ax.set_title(f"ring all-reduce of {data.summary.get('ranks', '?')} ranks and striped reads")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    written += plotstyle.save(fig, run_dir, "busbw", mark)
+    return fig
 
-    fig, ax = plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.6))
+
+def interzone_figure(data: RunData) -> Any:
+    """Bytes on the inter-zone links per placement."""
+    present, labels = _present(data.runs)
+    fig, ax = data.plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.6))
     for i, placement in enumerate(present):
-        values = [float(r["interzone_bytes"]) / 1e6 for r in runs if r["placement"] == placement]
+        values = [float(r["interzone_bytes"]) / 1e6 for r in data.runs
+                  if r["placement"] == placement]
         plotstyle.spread_bar(ax, i, values, plotstyle.colour(placement, i))
     ax.set_xticks(range(len(present)), labels)
     ax.set_ylabel("bytes on inter-zone links (MB)")
     ax.set_title("traffic between the zones per run")
-    written += plotstyle.save(fig, run_dir, "interzone_bytes", mark)
-    return written
+    return fig
+
+
+# --- the experiment ------------------------------------------------------------
+
+
+class Zones(Experiment):
+    """A ring all-reduce placed in one zone or across both, and striped reads from the
+    dual-homed storage, on one two-zone bring-up."""
+
+    name = NAME
+    question = QUESTION
+    default_topology = DEFAULT_TOPO
+    modes = {"quick": Mode(seeds=2), "full": Mode(seeds=10)}
+    anchors = {"fire-flyer-2": "jobs are kept inside one zone; the zones share few links, so "
+                               "cross-zone traffic is limited by them",
+               "storage": "storage nodes are dual-homed: reads stay in the client's zone"}
+
+    def check(self, ctx: RunContext) -> None:
+        """Refuse a topology without two zones of compute hosts and dual-homed storage."""
+        schedules(self.graph(ctx), 0, 1.0, TARGET_S[ctx.quick])
+
+    def run_count(self, ctx: RunContext) -> int:
+        return len(self.seeds(ctx)) * len(PLACEMENTS)
+
+    def estimate_s(self, ctx: RunContext) -> float:
+        return estimate_duration_s(self.graph(ctx), ctx.quick, len(self.seeds(ctx)))
+
+    def measure(self, ctx: RunContext, runner: Runner) -> Measured:
+        """One bring-up; per seed every job placement and both storage reads."""
+        spec = self.topologies(ctx)[0]
+        graph = topologies.build(spec)
+        n = job_size(graph)
+        target = TARGET_S[ctx.quick]
+        with runner.bring_up(graph, host_mbps=ctx.host_mbps) as emu:
+            host_mbps = emu.report.rate_plan.host_mbps
+            runs = (Scheduled({"placement": sched["placement"], "seed": seed},
+                              sched["transfers"], seed,
+                              {**sched, "graph": graph, "host_mbps": host_mbps,
+                               "link_mbps": emu.report.rate_plan.link_mbps})
+                    for seed in self.seeds(ctx)
+                    for sched in schedules(graph, seed, host_mbps, target, n))
+            runner.run(emu, runs, TransportSpec("tcp"), "", _row_of,
+                       deadline_s=max(30.0, DEADLINE_FACTOR * target))
+        return Measured({"topology": spec, "ranks": n, "collective": COLLECTIVE,
+                         "placements": PLACEMENTS, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
+                         "target_s": target, "storage_rounds": STORAGE_ROUNDS,
+                         "host_mbps": ctx.host_mbps or "auto", "host_mbps_used": host_mbps},
+                        {"topology": spec, "ranks": n})
+
+    def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """busbw_frac mean/min/max, inter-zone bytes and the bound per placement.
+
+        Incomplete runs (busbw_frac None) are counted, not averaged.
+        """
+        groups: dict[str, list[dict]] = {}
+        for row in rows:
+            groups.setdefault(row["placement"], []).append(row)
+        table = []
+        for placement in [p for p in PLACEMENTS if p in groups] + [p for p in groups
+                                                                    if p not in PLACEMENTS]:
+            group = groups[placement]
+            values = [float(r["busbw_frac"]) for r in group if r["busbw_frac"] not in (None, "")]
+            zbytes = [float(r["interzone_bytes"]) for r in group]
+            bounds = [float(r["bound_frac"]) for r in group if r["bound_frac"] not in (None, "")]
+            ideals = [float(r["ideal"]) for r in group if r.get("ideal") not in (None, "")]
+            effs = [float(r["efficiency"]) for r in group if r.get("efficiency") not in (None, "")]
+            table.append({"placement": placement, "seeds": len(group),
+                          "busbw_frac": round(statistics.fmean(values), 4) if values else None,
+                          "busbw_frac_min": min(values) if values else None,
+                          "busbw_frac_max": max(values) if values else None,
+                          "bound_frac": round(statistics.fmean(bounds), 4) if bounds else None,
+                          "ideal": round(statistics.fmean(ideals), 4) if ideals else None,
+                          "efficiency": round(statistics.fmean(effs), 4) if effs else None,
+                          "interzone_mb": round(statistics.fmean(zbytes) / 1e6, 3),
+                          "incomplete": len(group) - len(values)})
+        return table
+
+    def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
+              ) -> list[str]:
+        return notes_for(rows)
+
+    def figures(self) -> Mapping[str, Any]:
+        return {"busbw": busbw_figure, "interzone_bytes": interzone_figure}
+
+
+EXPERIMENT = Zones()

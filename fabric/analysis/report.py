@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from fabric.emulation import fidelity
 from fabric.emulation.traffic import TrafficResult
+from fabric.model import graph as fg
 from fabric.traffic import collectives, ideal, metrics
 from fabric.traffic.patterns import PatternSpec
 from fabric.traffic.storage import incast_rounds
@@ -39,6 +40,19 @@ def flow_collisions(result: TrafficResult) -> metrics.Collisions | None:
                      if link[0] not in endpoints and link[1] not in endpoints]
             flows[row["id"]] = (row["send_start"], row["recv_end"], links, row["bytes"])
     return metrics.collisions(flows) if flows else None
+
+
+def uplink_shares(graph: Any, result: TrafficResult) -> dict[str, float]:
+    """Bytes each leaf -> spine link carried, as a share of its leaf's uplink bytes
+    (``"leaf>spine"`` -> share)."""
+    totals = result.links.totals()
+    loads = {}
+    for leaf in fg.nodes_with_role(graph, "leaf"):
+        ups = [(leaf, n) for n in graph.neighbors(leaf) if graph.nodes[n]["role"] == "spine"]
+        sent = sum(totals.get(link, 0) for link in ups)
+        for link in ups:
+            loads[f"{link[0]}>{link[1]}"] = totals.get(link, 0) / sent if sent else 0.0
+    return loads
 
 
 def _totals(result: TrafficResult) -> dict[str, int]:

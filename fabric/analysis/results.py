@@ -19,10 +19,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
+from fabric.errors import UserError
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-class ResultsError(RuntimeError):
+class ResultsError(UserError, RuntimeError):
     """A results directory that cannot be used."""
 
 

@@ -80,6 +80,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from fabric.emulation.shaping import LINK_MTU
+from fabric.errors import UserError
 from fabric.model import graph as fg
 from fabric.traffic.model import ROCE_MTUS, ROCE_PACKET_OVERHEAD, TCP_PACKET_BYTES
 
@@ -108,7 +109,7 @@ AUTO_RATE_STEP_MBPS = 0.5
 FINE_RATE_STEP_MBPS = 0.1  # below 1 Mbit/s (large fabrics), down to what HTB shapes
 
 
-class CapacityError(ValueError):
+class CapacityError(UserError, ValueError):
     """A rate or fabric size this machine cannot emulate faithfully."""
 
 

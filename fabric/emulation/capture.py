@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import networkx as nx
 
-from fabric.emulation import system
+from fabric.host import system
 from fabric.model import graph as fg
 
 SNAPLEN_BYTES = 128

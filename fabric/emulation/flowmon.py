@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from fabric.emulation import system
+from fabric.host import system
 from fabric.model import graph as fg
 
 COOKIE_PREFIX = 0xF1 << 56

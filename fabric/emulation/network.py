@@ -25,9 +25,11 @@ from typing import Any, Iterable, Iterator
 
 import networkx as nx
 
-from fabric.emulation import capacity, ecn, hostconfig, mnclasses, ovs, runstate, shaping, system
-from fabric.emulation.machine_speed import machine_speed
+from fabric.emulation import capacity, ecn, hostconfig, mnclasses, ovs, runstate, shaping
 from fabric.emulation.ecn import EcnMarking
+from fabric.emulation.machine_speed import machine_speed
+from fabric.errors import UserError
+from fabric.host import ports, system
 from fabric.model import graph as fg
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
@@ -76,7 +78,7 @@ done
 """
 
 
-class EmulationError(RuntimeError):
+class EmulationError(UserError, RuntimeError):
     """Bring-up failed; everything made so far has been removed."""
 
 
@@ -326,11 +328,11 @@ class Emulation:
             raise EmulationError("a remote controller and a controller app exclude each other")
         if self.options.remote_controller:
             try:
-                system.check_listening(*self.controller_address)
-            except (ValueError, system.NotListeningError) as exc:
+                ports.check_listening(*self.controller_address)
+            except (ValueError, ports.NotListeningError) as exc:
                 raise EmulationError(f"remote controller: {exc}") from None
         else:
-            system.check_port_free(*self.controller_address)
+            ports.check_port_free(*self.controller_address)
         clashes = [sw for sw in fg.switches(self.graph) if Path(f"/sys/class/net/{sw}").exists()]
         if clashes:
             raise EmulationError(f"interfaces {', '.join(clashes[:5])} already exist; "
@@ -485,7 +487,7 @@ class Emulation:
     def controller_address(self) -> tuple[str, int]:
         """Where the switches connect: the remote controller's, or ours on loopback."""
         if self.options.remote_controller:
-            return system.parse_remote_controller(self.options.remote_controller)
+            return ports.parse_remote_controller(self.options.remote_controller)
         return "127.0.0.1", self.options.controller_port
 
     def wait_until_routed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:

@@ -85,7 +85,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabric.emulation import idle_accept, system
+from fabric.emulation import idle_accept
+from fabric.host import system
 
 OVS_SCRIPTS = Path("/usr/share/openvswitch/scripts")
 OVS_RUNDIR = Path("/var/run/openvswitch")

@@ -17,7 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fabric.emulation import ovs, system
+from fabric.emulation import ovs
+from fabric.host import system
 from fabric.emulation.ovs import STATE_DIR
 
 RUNS_DIR = STATE_DIR / "runs"

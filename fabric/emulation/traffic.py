@@ -33,6 +33,7 @@ from fabric.emulation.flowmon import FlowKey, FlowMonitor, path_from_switches
 from fabric.emulation.linkstats import LinkSampler, LinkSeries
 from fabric.emulation.network import PROJECT_ROOT, Emulation
 from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
+from fabric.errors import UserError
 from fabric.model import graph as fg
 from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, ScheduleError, Transfer,
                                   TransportSpec, destination_ip, source_ports, tcp_connection_keys,
@@ -59,7 +60,7 @@ AGENT_NICE = -10
 MIN_RTO_ROUTE_FLOOR_MS = 8  # HZ=250 kernels round smaller values up
 
 
-class TrafficError(RuntimeError):
+class TrafficError(UserError, RuntimeError):
     """The traffic could not be run (bad schedule, agents failed to start)."""
 
 
@@ -352,12 +353,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
         Link counter sampling interval.
     """
     involved = sorted({t.src for t in plan.transfers} | {t.dst for t in plan.transfers})
-    fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    try:
-        groups = agent_groups(involved, AGENT_PROCESSES, agent_sockets(plan),
-                              None if fd_limit == resource.RLIM_INFINITY else fd_limit)
-    except ValueError as exc:
-        raise TrafficError(str(exc)) from exc
+    groups = _process_groups(plan, involved)
     workdir.mkdir(parents=True, exist_ok=True)
     keys, first_key = flow_keys(plan)
     monitor = FlowMonitor(emu.graph, keys) if monitor_paths else None
@@ -366,78 +362,122 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     plan_path = workdir / "plan.json"
     plan.save(plan_path)
     drops_before = ingress_drops(emu, involved)
-    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
-    agents: dict[str, subprocess.Popen] = {}  # label (its endpoints) -> process
-    logs: dict[str, Path] = {}  # endpoint -> its process's stderr
     rates = emu.report.rate_plan
     packet_bytes = plan.transport.packet_bytes
     fid = fidelity.FidelityMonitor(
         emu.state.root_intfs, packet_bytes * 8 / (rates.host_mbps * 1e6) if rates else None,
         packet_bytes + ETHERNET_HEADER_BYTES)
-    errors: list[str] = []
+    agents: dict[str, subprocess.Popen] = {}  # label (its endpoints) -> process
     try:
         fid.arm()  # its sampler starts up before the agents do
-        cpus = ovs.agent_cpus(rates.datapath if rates else "user")
-        for index, group in enumerate(groups):
-            command = [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path),
-                       "--out", str(workdir / "agent-{host}.json"), "--start-gate"]
-            for ep in group:
-                command += ["--host", ep, "--netns-pid", f"{ep}={emu.host(ep).pid}"]
-            logs.update(dict.fromkeys(group, workdir / f"agents-{index}.log"))
-            with open(logs[group[0]], "wb") as log:
-                proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=log, env=env, cwd=PROJECT_ROOT)
-            agents[", ".join(group)] = proc
-            # it runs outside the hosts: a crashed launcher's clean-up must find it by pid
-            emu.state.add_process(proc.pid, expect="fabric.agent")
-            place_agent(proc.pid, cpus)
-        errors += start_together(agents, plan, READY_TIMEOUT_S)
+        logs = _launch_agents(emu, plan_path, workdir, groups, agents,
+                              ovs.agent_cpus(rates.datapath if rates else "user"))
+        errors = start_together(agents, plan, READY_TIMEOUT_S)
         plan.save(plan_path)  # the start they were given (they have read the rest)
         with LinkSampler(emu.graph, sample_interval_s) as sampler:
             time.sleep(max(0.0, plan.start_at - time.time()))
             fid.start()
-            deadline = plan.start_at + plan.deadline_s + 10
-            for label, proc in agents.items():
-                try:
-                    proc.wait(timeout=max(1.0, deadline - time.time()))
-                except subprocess.TimeoutExpired:
-                    errors.append(f"agents of {label} did not finish; stopped")
-                    proc.kill()
-                    proc.wait()
+            errors += _wait_for(agents, plan.start_at + plan.deadline_s + 10)
             checks = fid.stop()
     finally:
         fid.close()
-        for proc in agents.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
+        _stop_all(agents)
+    results = _read_reports(workdir, involved, logs, errors)
+    paths = _measured_paths(emu.graph, monitor, plan, first_key) if monitor else {}
+    drops_after = ingress_drops(emu, involved)
+    drops = {ep: drops_after[ep] - drops_before[ep] for ep in involved}
+    return TrafficResult(plan, results, sampler.series, paths, drops,
+                         checks + _transport_checks(plan, results), errors)
+
+
+def _process_groups(plan: Plan, involved: list[str]) -> list[list[str]]:
+    """The endpoints each agent process serves, within this process's open-files limit."""
+    fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    try:
+        return agent_groups(involved, AGENT_PROCESSES, agent_sockets(plan),
+                            None if fd_limit == resource.RLIM_INFINITY else fd_limit)
+    except ValueError as exc:
+        raise TrafficError(str(exc)) from exc
+
+
+def _launch_agents(emu: Emulation, plan_path: Path, workdir: Path, groups: list[list[str]],
+                   agents: dict[str, subprocess.Popen], cpus: set[int] | None
+                   ) -> dict[str, Path]:
+    """Start one agent process per group (into ``agents``, so that a failure half-way
+    still stops the ones started); return each endpoint's process log."""
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
+    logs: dict[str, Path] = {}
+    for index, group in enumerate(groups):
+        command = [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path),
+                   "--out", str(workdir / "agent-{host}.json"), "--start-gate"]
+        for ep in group:
+            command += ["--host", ep, "--netns-pid", f"{ep}={emu.host(ep).pid}"]
+        logs.update(dict.fromkeys(group, workdir / f"agents-{index}.log"))
+        with open(logs[group[0]], "wb") as log:
+            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=log, env=env, cwd=PROJECT_ROOT)
+        agents[", ".join(group)] = proc
+        # it runs outside the hosts: a crashed launcher's clean-up must find it by pid
+        emu.state.add_process(proc.pid, expect="fabric.agent")
+        place_agent(proc.pid, cpus)
+    return logs
+
+
+def _wait_for(agents: dict[str, subprocess.Popen], deadline: float) -> list[str]:
+    """Wait for every agent process until ``deadline`` (wall time); stop the late ones."""
+    errors = []
+    for label, proc in agents.items():
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            errors.append(f"agents of {label} did not finish; stopped")
+            proc.kill()
+            proc.wait()
+    return errors
+
+
+def _stop_all(agents: dict[str, subprocess.Popen]) -> None:
+    for proc in agents.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+def _read_reports(workdir: Path, involved: list[str], logs: dict[str, Path],
+                  errors: list[str]) -> dict[str, dict]:
+    """Each endpoint's agent report; a missing one adds an error with its log's tail."""
     results = {}
     for ep in involved:
         try:
             results[ep] = json.loads((workdir / f"agent-{ep}.json").read_text())
         except (OSError, ValueError):
             errors.append(f"agent on {ep} wrote no report: {_tail(logs[ep])}")
+    return results
+
+
+def _measured_paths(graph: Any, monitor: FlowMonitor, plan: Plan, first_key: dict[str, int]
+                    ) -> dict[str, list[str]]:
+    """Each transfer's path, from the switches its first connection's packets crossed."""
+    crossed = monitor.crossed()
+    monitor.remove()
     paths: dict[str, list[str]] = {}
-    if monitor:
-        crossed = monitor.crossed()
-        monitor.remove()
-        for t in plan.transfers:
-            try:
-                paths[t.id] = path_from_switches(emu.graph, t.src, t.dst, crossed[first_key[t.id]])
-            except ValueError:
-                pass  # a flow with no counted packet has no path
-    drops_after = ingress_drops(emu, involved)
-    drops = {ep: drops_after[ep] - drops_before[ep] for ep in involved}
+    for t in plan.transfers:
+        try:
+            paths[t.id] = path_from_switches(graph, t.src, t.dst, crossed[first_key[t.id]])
+        except ValueError:
+            pass  # a flow with no counted packet has no path
+    return paths
+
+
+def _transport_checks(plan: Plan, results: dict[str, dict]) -> list[fidelity.Check]:
+    """The transport's own checks: roce agents' lateness, TCP's segment size."""
     if plan.transport.kind == "roce":
         late = fidelity.agent_lateness_check(results.values())
-        if late is not None:
-            checks.append(late)
-    if plan.transport.kind == "tcp":
-        checks.append(fidelity.tcp_segment_check(
-            part["mss"] for report in results.values() for record in report.get("transfers", [])
-            for part in record.get("parts", []) if part.get("mss")))
-    return TrafficResult(plan, results, sampler.series, paths, drops, checks, errors)
+        return [late] if late is not None else []
+    return [fidelity.tcp_segment_check(
+        part["mss"] for report in results.values() for record in report.get("transfers", [])
+        for part in record.get("parts", []) if part.get("mss"))]
 
 
 def _tail(path: Path, lines: int = 3) -> str:

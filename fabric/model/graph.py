@@ -34,6 +34,8 @@ from typing import Any, Iterable
 
 import networkx as nx
 
+from fabric.errors import UserError
+
 ENDPOINT_ROLES = ("host", "storage")
 SWITCH_ROLES = ("leaf", "spine", "core")
 ROLES = ENDPOINT_ROLES + SWITCH_ROLES
@@ -49,7 +51,7 @@ _MAX_GROUP = 255
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
 
-class TopologyError(ValueError):
+class TopologyError(UserError, ValueError):
     """A topology that cannot be built or is not a valid fabric graph."""
 
 

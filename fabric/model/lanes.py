@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fabric.errors import UserError
+
 MAX_DSCP = 63
 MAX_LANES = 8
 
 
-class LaneConfigError(ValueError):
+class LaneConfigError(UserError, ValueError):
     """A lane configuration that cannot be applied."""
 
 

@@ -30,7 +30,8 @@ Example
 ('h5', ['l0', 's2', 'l1'])
 
 This package imports os-ken and scapy (it is a testing tool) but never
-Mininet; ``make_app`` loads fabric's own apps from ``controllers/`` lazily.
+Mininet; ``make_app`` hands fabric's own apps their graph and config through
+:mod:`fabric.routing.runtime`, as the controllers' launcher does.
 
 May import: fabric.model, fabric.routing.
 """

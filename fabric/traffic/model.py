@@ -21,10 +21,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from fabric.errors import UserError
+
 TRANSPORTS = ("tcp", "roce")
 ENTROPY = ("flow", "packet", "recycle")
 SPRAYING = ("packet", "recycle")  # entropies that vary the source port per packet
-CONGESTION_CONTROLS = ("swift", "dcqcn", "loss")  # of the roce transport (fabric.agent.cc)
+# Source ports of a spraying sender: many values even out the switches' hash (64 split one
+# flow 17-31 % over 4 paths).
+SPRAY_ENTROPY_PORTS = 256
+CONGESTION_CONTROLS = ("swift", "dcqcn", "loss")  # of the roce transport (fabric.agent.roce.cc)
 TCP_DATA_PORT = 7100
 ROCE_PORT = 4791
 SOURCE_PORTS = range(10000, 32768)  # below Linux's ephemeral range (32768-60999)
@@ -40,7 +45,7 @@ ROCE_MTUS = (256, 512, 1024, 2048, 4096)
 DEFAULT_ROCE_MTU = 4096
 
 
-class ScheduleError(ValueError):
+class ScheduleError(UserError, ValueError):
     """A schedule that cannot run (unknown host, cycle, non-local dependency)."""
 
 
@@ -88,7 +93,7 @@ class TransportSpec:
     again on the ports whose packets the receiver saw arrive without queueing
     (after REPS) and tries the next port of the pool only when it has none.
     ``rate_mbps``: pacing ceiling of a roce sender (the emulated host link rate). ``cc``: the roce congestion
-    control (:mod:`fabric.agent.cc`): ``swift`` (delay-based), ``dcqcn`` (ECN-driven
+    control (:mod:`fabric.agent.roce.cc`): ``swift`` (delay-based), ``dcqcn`` (ECN-driven
     rate control; needs the fabric's ECN marking) or ``loss``.
     ``mtu_payload``: payload bytes of a full roce packet (the RoCE path MTU; TCP
     always sends 1448-byte segments, see ``TCP_ADVERTISED_MSS``).

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import topologies
-from fabric.emulation import Emulation, EmulationOptions, ovs, runstate, system
+from fabric.emulation import Emulation, EmulationOptions, ovs, runstate
+from fabric.host import system
 from fabric.emulation.reachability import check_all_pairs
 from fabric.model import graph as fg
 from tests.integration.helpers import port_tx_packets

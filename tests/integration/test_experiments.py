@@ -1,7 +1,7 @@
 """Every experiment's quick variant on real fabrics: data, manifest, summary, figures,
 and a complete, consistent fidelity verdict.
 
-Only the load-dependent checks (``experiments.common.RUN_CHECKS``: OVS's input delay,
+Only the load-dependent checks (``fabric.experiment.checks.RUN_CHECKS``: OVS's input delay,
 the machine's CPU and the link time the agents lost waiting for it) may fail here: they measure how much CPU this machine had to
 spare at that moment, and this VM's agents took 30-40 % more CPU time for the same
 work at some hours than at others (its host is shared). That is a performance figure,
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.common import RUN_CHECKS
+from fabric.experiment.checks import RUN_CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {
@@ -57,6 +57,26 @@ def test_quick_run_writes_a_complete_result(name: str, tmp_path: Path) -> None:
     second = subprocess.run([sys.executable, "-m", "fabric.cli", "run", name, "--quick",
                              "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert second.returncode == 2 and "never overwritten" in second.stderr
+
+
+def test_the_example_experiment_runs_on_a_real_fabric(tmp_path: Path) -> None:
+    """``examples/all_to_all.py``, the README's experiment of your own, run as written:
+    both policies' all-to-alls finish and are tabled, the figure is drawn."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import all_to_all
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    from fabric.experiment import RunContext
+
+    outcome = all_to_all.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    failed = {c["name"] for c in outcome.fidelity["checks"] if not c["ok"]}
+    assert failed <= set(RUN_CHECKS), outcome.fidelity
+    assert [row["policy"] for row in outcome.table] == ["ecmp", "spray"]
+    # each rank sends 3/4 of a one-second buffer: no all-to-all beats 0.75 s at line rate
+    assert all(0.75 < row["seconds"] < 60 for row in outcome.table), outcome.table
+    assert [p.name for p in all_to_all.EXPERIMENT.plot(tmp_path)] == ["seconds.png",
+                                                                     "seconds.pdf"]
 
 
 def test_the_flowlet_example_is_one_more_policy_in_collisions_with_captures(

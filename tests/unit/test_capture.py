@@ -38,7 +38,7 @@ def test_the_packet_cap_is_bounded(tmp_path, count):
 
 
 def test_run_captures_go_beside_the_runs_work_directories(graph, tmp_path):
-    from experiments.common import CaptureSpec
+    from fabric.experiment import CaptureSpec
 
     spec = CaptureSpec(tmp_path / "pcap", tmp_path / "out" / "work")
     assert spec.run_dir(tmp_path / "out" / "work" / "ecmp" / "0-stride") == (

@@ -137,29 +137,55 @@ def test_controller_rejects_a_bad_config_file(tmp_path):
     assert "share" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_a_controller_app_goes_only_into_collisions_under_a_new_name():
-    import argparse
+def _run_parser(name: str):
+    from fabric.cli import build_parser
 
-    from experiments import collisions, incast
-    from fabric.cli import UsageError, _check_controller_app
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    return run._subparsers._group_actions[0].choices[name]
 
-    def args(app, entropy=None, name="collisions"):
-        return argparse.Namespace(controller_app=app, app_entropy=entropy, name=name)
 
-    _check_controller_app(args("my_app.py:Flowlets"), collisions)
-    _check_controller_app(args(None), incast)
-    with pytest.raises(UsageError, match="built-in policy's name"):
-        _check_controller_app(args("my_app.py:spray"), collisions)
-    with pytest.raises(UsageError, match="collisions takes"):
-        _check_controller_app(args("my_app.py:Flowlets", name="incast"), incast)
-    with pytest.raises(UsageError, match="--app-entropy"):
-        _check_controller_app(args(None, "packet"), collisions)
+def test_a_controller_app_goes_only_into_collisions_under_a_new_name(tmp_path, capsys):
+    from fabric.cli import build_parser
+    from fabric.cli.common import UsageError
+    from fabric.cli.run import run_context
+
+    pytest.importorskip("os_ken")
+    app = tmp_path / "my_app.py"
+    app.write_text("from os_ken.base.app_manager import OSKenApp\n"
+                   "class Flowlets(OSKenApp):\n    pass\n"
+                   "class spray(OSKenApp):\n    pass\n")
+    out = ["--out", str(tmp_path / "out")]
+    args = build_parser().parse_args(["run", "collisions", "--controller-app",
+                                      f"{app}:Flowlets", *out])
+    assert run_context(args).values["controller_app"].endswith("my_app.py:Flowlets")
+    for argv, message in [
+            (["run", "collisions", "--controller-app", f"{app}:spray"], "built-in policy's name"),
+            (["run", "incast", "--controller-app", f"{app}:Flowlets"], "unrecognized arguments")]:
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*argv, *out])
+        assert message in capsys.readouterr().err
+    args = build_parser().parse_args(["run", "collisions", "--app-entropy", "packet", *out])
+    with pytest.raises(UsageError, match="--app-entropy: applies to --controller-app only"):
+        run_context(args)
+
+
+def test_each_experiment_takes_exactly_the_options_it_declares():
+    import experiments
+    from fabric.experiment.options import ROCE_OPTIONS
+
+    for name in experiments.EXPERIMENTS:
+        flags = {o for a in _run_parser(name)._actions for o in a.option_strings}
+        declared = {o.flag for o in experiments.load(name).options}
+        assert declared <= flags
+        assert not ({o.flag for o in ROCE_OPTIONS} - declared) & flags, name
+    assert "--spray-entropy" in {o.flag for o in experiments.load("failures").options}
+    assert "--cc" not in {o.flag for o in experiments.load("incast").options}
 
 
 def test_every_bring_up_says_which_controller_routes_it():
     import argparse
 
-    from fabric.cli import controller_text
+    from fabric.cli.common import controller_text
 
     def args(**kw):
         return argparse.Namespace(**{"routing": "spray", "controller_app": None,
@@ -172,9 +198,9 @@ def test_every_bring_up_says_which_controller_routes_it():
 
 
 def test_traffic_csv_joins_list_cells_of_any_type(capsys):
-    from fabric.cli import _print_csv
+    from fabric.cli.common import print_csv
 
-    _print_csv([{"id": "t0", "path": ["h0", "l0", "h1"], "src_ports": [49152, 49153]},
+    print_csv([{"id": "t0", "path": ["h0", "l0", "h1"], "src_ports": [49152, 49153]},
                 {"id": "t1", "fct_s": 1.5}])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "fct_s,id,path,src_ports"
@@ -182,10 +208,8 @@ def test_traffic_csv_joins_list_cells_of_any_type(capsys):
 
 
 def test_run_attempts_default_is_the_experiments_and_is_named_in_the_help():
-    from experiments.common import DEFAULT_ATTEMPTS, RunContext
-    from fabric.cli import build_parser
+    from fabric.experiment.context import DEFAULT_ATTEMPTS, RunContext
 
-    run = build_parser()._subparsers._group_actions[0].choices["run"]
-    attempts = next(a for a in run._actions if a.dest == "attempts")
+    attempts = next(a for a in _run_parser("collisions")._actions if a.dest == "attempts")
     assert f"default: {DEFAULT_ATTEMPTS};" in attempts.help
     assert RunContext(Path("x")).attempts == DEFAULT_ATTEMPTS

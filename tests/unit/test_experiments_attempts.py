@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments import common
+from fabric.experiment import checks, loop
 from fabric.analysis import results
 from fabric.emulation import fidelity
 from fabric.traffic.model import Transfer, TransportSpec
@@ -27,7 +27,7 @@ def _result(delay_ms: float, complete: bool = True) -> SimpleNamespace:
 
 
 def _run(tmp_path: Path, monkeypatch, outcomes: dict[int, list[SimpleNamespace]],
-         attempts: int = common.DEFAULT_ATTEMPTS) -> tuple[common.RunLog, list[str]]:
+         attempts: int = loop.DEFAULT_ATTEMPTS) -> tuple[loop.RunLog, list[str]]:
     """Run seeds 7 and 8; each traffic run of a seed takes that seed's next outcome."""
     dirs, prepared = [], []
 
@@ -37,15 +37,15 @@ def _run(tmp_path: Path, monkeypatch, outcomes: dict[int, list[SimpleNamespace]]
         dirs.append(Path(workdir).name)
         return outcomes[seed].pop(0)
 
-    monkeypatch.setattr(common, "traffic_run", fake_traffic)
-    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+    monkeypatch.setattr(loop, "traffic_run", fake_traffic)
+    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
         "idle_path_rate", 0.98, 0.9, True))
-    runs = [common.Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6)], seed,
+    runs = [loop.Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6)], seed,
                              prepare=lambda emu, seed=seed: prepared.append(seed))
             for seed in (7, 8)]
-    log = common.RunLog(attempts=attempts)
-    common.run_schedules(SimpleNamespace(save_controller_log=lambda path: None), runs,
-                         TransportSpec("roce"), tmp_path, common.Progress(2, "test"),
+    log = loop.RunLog(attempts=attempts)
+    loop.run_schedules(SimpleNamespace(save_controller_log=lambda path: None), runs,
+                         TransportSpec("roce"), tmp_path, loop.Progress(2, "test"),
                          lambda run, result, report: {"delay": result.fidelity[0].value}, log)
     assert prepared == [int(d.split("-")[0]) for d in dirs]  # every attempt is prepared
     return log, dirs
@@ -95,16 +95,16 @@ def test_overloaded_means_only_load_dependent_checks_failed():
         return {"checks": [{"name": n, "ok": n not in failed, "value": 2, "threshold": 1}
                            for n in names]}
 
-    assert not common.overloaded(report())
-    assert common.overloaded(report("ovs_input_delay_ms"))
-    assert common.overloaded(report("ovs_input_delay_ms", "machine_cpu"))
-    assert not common.overloaded(report("machine_cpu", "hidden_socket_drops"))
-    assert common.overload_text(report("machine_cpu")) == "machine_cpu 2 > 1"
-    assert common.overloaded(report("agent_late_share"))
+    assert not checks.overloaded(report())
+    assert checks.overloaded(report("ovs_input_delay_ms"))
+    assert checks.overloaded(report("ovs_input_delay_ms", "machine_cpu"))
+    assert not checks.overloaded(report("machine_cpu", "hidden_socket_drops"))
+    assert checks.overload_text(report("machine_cpu")) == "machine_cpu 2 > 1"
+    assert checks.overloaded(report("agent_late_share"))
     unmeasured = {"checks": [{"name": "ovs_input_delay_ms", "ok": False, "value": None,
                               "threshold": 1, "detail": "not measured: 3 backlog samples"}]}
-    assert common.overloaded(unmeasured)  # a starved sampler: the machine's load
-    assert common.overload_text(unmeasured) == \
+    assert checks.overloaded(unmeasured)  # a starved sampler: the machine's load
+    assert checks.overload_text(unmeasured) == \
         "ovs_input_delay_ms not measured: 3 backlog samples"
 
 
@@ -123,7 +123,7 @@ def test_the_idle_path_is_tried_again_when_it_falls_short(tmp_path, monkeypatch,
         return fidelity.Check("idle_path_rate", value, fidelity.MIN_IDLE_PATH_RATE,
                               value >= fidelity.MIN_IDLE_PATH_RATE)
 
-    monkeypatch.setattr(common, "idle_path_check", fake_idle)
-    check = common.idle_check(None, TransportSpec("roce"), tmp_path / "idle")
+    monkeypatch.setattr(loop, "idle_path_check", fake_idle)
+    check = loop.idle_check(None, TransportSpec("roce"), tmp_path / "idle")
     assert seen == ["idle", "idle-again"][:tries]
     assert check.value == kept and check.ok == (kept >= fidelity.MIN_IDLE_PATH_RATE)

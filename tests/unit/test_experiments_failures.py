@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 import topologies
-from experiments import EXPERIMENTS, common, failures
-from experiments.common import RunContext
+from experiments import EXPERIMENTS, failures
+from fabric.experiment import loop
+from fabric.experiment import RunContext
 from fabric.analysis import results
-from fabric.cli import format_table
+from fabric.cli.run import format_table
 from fabric.emulation import fidelity
 from fabric.model import graph as fg
 from fabric.traffic import ideal
@@ -72,8 +73,8 @@ def test_unknown_scenario_and_fabrics_without_a_second_path_are_refused(rail, tm
     with pytest.raises(ValueError, match="unknown scenario"):
         failures.make_scenario("meteor", rail, failures.ring_ranks(rail, 0), 4.0, 40.0)
     with pytest.raises(ScheduleError, match="top-tier"):
-        failures.check(RunContext(tmp_path, topo="leaf-spine,spines=1"))
-    failures.check(RunContext(tmp_path))  # the default fabric is fine
+        failures.EXPERIMENT.check(RunContext(tmp_path, topo="leaf-spine,spines=1"))
+    failures.EXPERIMENT.check(RunContext(tmp_path))  # the default fabric is fine
 
 
 # --- measurements ----------------------------------------------------------------------
@@ -253,13 +254,13 @@ def _fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, du
 
 def test_run_injects_restores_and_writes_rows_summary_and_figures(tmp_path, monkeypatch):
     FakeEmulation.actions = []
-    monkeypatch.setattr(failures, "Emulation", FakeEmulation)
-    monkeypatch.setattr(common, "traffic_run", _fake_traffic)
-    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+    monkeypatch.setattr(loop, "Emulation", FakeEmulation)
+    monkeypatch.setattr(loop, "traffic_run", _fake_traffic)
+    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
         "idle_path_rate", 0.98, 0.9, True))
     monkeypatch.setattr(failures, "FAIL_AT", 0.0)   # every cut is due at once
-    outcome = failures.run(RunContext(tmp_path, quick=True))
-    assert outcome["fidelity"]["valid"] and outcome["seeds"] == [0]
+    outcome = failures.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    assert outcome.fidelity["valid"] and outcome.seeds == [0]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert [(r["scenario"], r["policy"]) for r in runs] == [
         (s, p) for p in failures.POLICIES for s in failures.SCENARIOS]
@@ -279,7 +280,7 @@ def test_run_injects_restores_and_writes_rows_summary_and_figures(tmp_path, monk
     summary = results.read_json(tmp_path / "summary.json")
     assert summary["experiment"] == "failures" and summary["anchors"]
     assert "fidelity: valid" in format_table("failures", outcome)
-    names = {p.name for p in failures.plot(tmp_path)}
+    names = {p.name for p in failures.EXPERIMENT.plot(tmp_path)}
     assert {"slowdown.png", "timeline.png"} <= names
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import topologies
-from experiments import EXPERIMENTS, common, incast, isolation
-from experiments.common import completion_check
+from experiments import EXPERIMENTS, incast, isolation
+from fabric.experiment import loop
+from fabric.experiment.checks import completion_check
 from fabric.analysis import results
 from fabric.emulation.traffic import TrafficResult
 from fabric.model import graph as fg
@@ -167,7 +168,7 @@ def _incast_rows():
 def test_incast_table_averages_seeds_and_keeps_failures_visible():
     rows = _incast_rows()
     rows[0] = {**rows[0], "goodput_frac": None, "valid": False}
-    table = incast._table(rows)
+    table = incast.EXPERIMENT.table(rows)
     assert len(table) == 2 * 2 * 2 * 4
     first = next(r for r in table if (r["buffer_pkts"], r["rto_min_ms"], r["admission"],
                                       r["senders"]) == (16, 200, 0, 1))
@@ -189,14 +190,14 @@ def _fake_incast_dir(run_dir: Path, valid: bool) -> None:
                         "rto_min_ms": r["rto_min_ms"], "admission": r["admission"],
                         "seed": r["seed"], "round": k, "duration_ms": 20.0 + k,
                         "goodput_frac": 0.8} for r in rows for k in range(3)])
-    results.write_summary(run_dir, "incast", incast._table(rows),
+    results.write_summary(run_dir, "incast", incast.EXPERIMENT.table(rows),
                           {"valid": valid, "runs": len(rows), "checks": []})
 
 
 @pytest.mark.parametrize("valid", [True, False])
 def test_incast_figures_are_drawn_from_the_csvs(tmp_path, valid):
     _fake_incast_dir(tmp_path, valid)
-    written = incast.plot(tmp_path)
+    written = incast.EXPERIMENT.plot(tmp_path)
     for name in ("goodput", "round_p99", "timeouts"):
         for suffix in (".png", ".pdf"):
             path = tmp_path / f"{name}{suffix}"
@@ -316,7 +317,7 @@ def test_isolation_slowdown_is_against_the_median_baseline_of_the_same_lanes():
 def test_isolation_table_per_lanes():
     rows = _isolation_rows()
     rows[-1] = {**rows[-1], "valid": False, "storage_goodput_frac": None}
-    table = isolation._table(rows)
+    table = isolation.EXPERIMENT.table(rows)
     assert [r["lanes"] for r in table] == ["shared", "separate"]
     shared, separate = table
     assert shared["iterations"] == 3 and shared["baseline_ms"] == 1010.0
@@ -332,14 +333,14 @@ def _fake_isolation_dir(run_dir: Path, valid: bool) -> None:
     rows[1] = {**rows[1], "collective_ms": None, "collective_slowdown": None, "valid": False}
     results.write_csv(run_dir / "runs.csv", rows)
     results.write_csv(run_dir / "flows.csv", [{"lanes": "shared", "id": "ring/x", "fct_s": 0.1}])
-    results.write_summary(run_dir, "isolation", isolation._table(rows),
+    results.write_summary(run_dir, "isolation", isolation.EXPERIMENT.table(rows),
                           {"valid": valid, "runs": len(rows), "checks": []})
 
 
 @pytest.mark.parametrize("valid", [True, False])
 def test_isolation_figures_are_drawn_from_the_csvs(tmp_path, valid):
     _fake_isolation_dir(tmp_path, valid)
-    written = isolation.plot(tmp_path)
+    written = isolation.EXPERIMENT.plot(tmp_path)
     for name in ("slowdown", "iteration_time"):
         for suffix in (".png", ".pdf"):
             path = tmp_path / f"{name}{suffix}"
@@ -368,15 +369,15 @@ def _fake_fabric(monkeypatch, module, fail_prefix=None):
 
     _FakeEmulation.made = []
     rto_calls = []
-    monkeypatch.setattr(module, "Emulation", _FakeEmulation)
-    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+    monkeypatch.setattr(loop, "Emulation", _FakeEmulation)
+    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
         "idle_path_rate", 0.99, 0.9, True))
 
     def run(emu, transfers, transport, workdir, seed, deadline_s=120.0):
         fail = {t.id for t in transfers if fail_prefix and t.id.startswith(fail_prefix)}
         return fake_result(transfers, fail=fail)
 
-    monkeypatch.setattr(common, "traffic_run", run)
+    monkeypatch.setattr(loop, "traffic_run", run)
     if hasattr(module, "set_rto_min"):
         monkeypatch.setattr(module, "set_rto_min",
                             lambda emu, eps, ms: rto_calls.append((len(eps), ms)))
@@ -385,11 +386,11 @@ def _fake_fabric(monkeypatch, module, fail_prefix=None):
 
 def test_incast_quick_run_writes_everything_and_sets_the_rto_every_run(tmp_path,
                                                                        monkeypatch):
-    from experiments.common import RunContext
-    from fabric.cli import format_table
+    from fabric.experiment import RunContext
+    from fabric.cli.run import format_table
 
     rto_calls = _fake_fabric(monkeypatch, incast)
-    outcome = incast.run(RunContext(tmp_path, quick=True))
+    outcome = incast.EXPERIMENT.run(RunContext(tmp_path, quick=True))
     assert [o.queue_pkts for o in _FakeEmulation.made] == [32]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert len(runs) == 16 and all(r["valid"] == "True" for r in runs)
@@ -397,49 +398,49 @@ def test_incast_quick_run_writes_everything_and_sets_the_rto_every_run(tmp_path,
     # every run sets the RTO on all 20 endpoints; 200 is set back explicitly at the end
     assert len(rto_calls) == 17 and {n for n, _ in rto_calls} == {20}
     assert [ms for _, ms in rto_calls] == [200] * 8 + [10] * 8 + [200]
-    assert outcome["fidelity"]["valid"] and len(outcome["table"]) == 16
-    assert outcome["parameters"]["estimated_s"] < incast.QUICK_BUDGET_S
+    assert outcome.fidelity["valid"] and len(outcome.table) == 16
+    assert outcome.parameters["estimated_s"] < incast.QUICK_BUDGET_S
     assert "anchor" in format_table("incast", outcome)
     summary = results.read_json(tmp_path / "summary.json")
     assert summary["valid"] and summary["question"] and summary["anchors"]
-    assert len(incast.plot(tmp_path)) == 6
+    assert len(incast.EXPERIMENT.plot(tmp_path)) == 6
 
 
 def test_incast_run_with_a_failed_transfer_is_invalid(tmp_path, monkeypatch):
-    from experiments.common import RunContext
+    from fabric.experiment import RunContext
 
     _fake_fabric(monkeypatch, incast, fail_prefix="striped-read/c0/round3/stripe0")
-    outcome = incast.run(RunContext(tmp_path, quick=True))
-    assert not outcome["fidelity"]["valid"]
+    outcome = incast.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    assert not outcome.fidelity["valid"]
     assert not results.read_json(tmp_path / "summary.json")["valid"]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert all(r["goodput_frac"] == "" and r["valid"] == "False" for r in runs)
-    assert len(incast.plot(tmp_path)) == 6
+    assert len(incast.EXPERIMENT.plot(tmp_path)) == 6
 
 
 def test_isolation_quick_run_writes_everything(tmp_path, monkeypatch):
-    from experiments.common import RunContext
+    from fabric.experiment import RunContext
     from fabric.model.lanes import SINGLE_LANE, THREE_LANES
 
     _fake_fabric(monkeypatch, isolation)
-    outcome = isolation.run(RunContext(tmp_path, quick=True, host_mbps=7.5))
+    outcome = isolation.EXPERIMENT.run(RunContext(tmp_path, quick=True, host_mbps=7.5))
     assert [o.lanes for o in _FakeEmulation.made] == [SINGLE_LANE, THREE_LANES]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert len(runs) == 12 and {r["phase"] for r in runs} == {"baseline", "storage"}
     assert all(r["collective_slowdown"] for r in runs)
-    assert [r["lanes"] for r in outcome["table"]] == ["shared", "separate"]
-    assert outcome["fidelity"]["valid"]
-    assert outcome["parameters"]["estimated_s"] < isolation.QUICK_BUDGET_S
-    assert len(isolation.plot(tmp_path)) == 4
+    assert [r["lanes"] for r in outcome.table] == ["shared", "separate"]
+    assert outcome.fidelity["valid"]
+    assert outcome.parameters["estimated_s"] < isolation.QUICK_BUDGET_S
+    assert len(isolation.EXPERIMENT.plot(tmp_path)) == 4
 
 
 def test_isolation_run_with_a_failed_ring_is_invalid(tmp_path, monkeypatch):
-    from experiments.common import RunContext
+    from fabric.experiment import RunContext
 
     _fake_fabric(monkeypatch, isolation, fail_prefix="ring/ch0/step3/chunk0/r2")
-    outcome = isolation.run(RunContext(tmp_path, quick=True, host_mbps=7.5))
-    assert not outcome["fidelity"]["valid"]
+    outcome = isolation.EXPERIMENT.run(RunContext(tmp_path, quick=True, host_mbps=7.5))
+    assert not outcome.fidelity["valid"]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert all(r["collective_ms"] == "" and r["valid"] == "False" for r in runs)
-    assert all(r["collective_slowdown"] is None for r in outcome["table"])
-    assert len(isolation.plot(tmp_path)) == 4
+    assert all(r["collective_slowdown"] is None for r in outcome.table)
+    assert len(isolation.EXPERIMENT.plot(tmp_path)) == 4

@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 
 import topologies
-from experiments import EXPERIMENTS, common
+from experiments import EXPERIMENTS
+from fabric.experiment import loop
 from experiments import storage as st
-from experiments.common import RunContext
+from fabric.experiment import RunContext
 from fabric.analysis import results
-from fabric.cli import format_table
+from fabric.cli.run import format_table
 from fabric.emulation.traffic import TrafficResult
 from fabric.model import graph as fg
 from fabric.traffic.model import Plan, ScheduleError, dependency_order, validate_schedule
@@ -163,10 +164,10 @@ def _fake_fabric(monkeypatch, duration, fail=()):
     from fabric.emulation import fidelity
 
     fake_emulation.FakeEmulation.made = []
-    monkeypatch.setattr(st, "Emulation", fake_emulation.FakeEmulation)
-    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+    monkeypatch.setattr(loop, "Emulation", fake_emulation.FakeEmulation)
+    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
         "idle_path_rate", 0.99, 0.9, True))
-    monkeypatch.setattr(common, "traffic_run",
+    monkeypatch.setattr(loop, "traffic_run",
                         lambda emu, transfers, transport, workdir, seed, deadline_s=120.0,
                         during=None: fake_result(transfers, duration, fail=fail))
 
@@ -175,23 +176,23 @@ def test_quick_run_writes_both_parts_and_draws_them(tmp_path, monkeypatch):
     from fabric.model.lanes import SINGLE_LANE, THREE_LANES
 
     _fake_fabric(monkeypatch, by_kind(fetch_s=1.2))
-    outcome = st.run(RunContext(tmp_path, quick=True))
+    outcome = st.EXPERIMENT.run(RunContext(tmp_path, quick=True))
     assert [o.lanes for o in fake_emulation.FakeEmulation.made] == [SINGLE_LANE, THREE_LANES]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert len(runs) == 3 + len(st.SOURCES) * 3 and all(r["valid"] == "True" for r in runs)
-    table = outcome["table"]
+    table = outcome.table
     assert [r["condition"] for r in table if r["part"] == "dataloading"] == [
         "alone", "shared", "separate"]
     assert [(r["source"], r["clients"]) for r in table if r["part"] == "stampede"] == [
         (s, n) for s in st.SOURCES for n in (1, 4, 12)]
     assert all(r["stall_ms_per_step"] == pytest.approx(200.0) for r in table
                if r["part"] == "dataloading")
-    assert outcome["fidelity"]["valid"] and summary_valid(tmp_path)
-    assert outcome["parameters"]["estimated_s"] < st.QUICK_BUDGET_S
+    assert outcome.fidelity["valid"] and summary_valid(tmp_path)
+    assert outcome.parameters["estimated_s"] < st.QUICK_BUDGET_S
     text = format_table("storage", outcome)
     assert text.count("fetch_p99_ms") == 1 and text.count("restore_p99_s") == 1
     assert len(results.read_csv(tmp_path / "fetches.csv")) == 3 * 12 * st.QUICK.steps
-    written = st.plot(tmp_path)
+    written = st.EXPERIMENT.plot(tmp_path)
     assert {p.name for p in written} == {"storage.png", "storage.pdf"}
     assert all(p.stat().st_size > 1000 for p in written)
 
@@ -203,8 +204,8 @@ def summary_valid(run_dir):
 def test_a_lost_shard_makes_the_run_invalid_and_figures_still_draw(tmp_path, monkeypatch):
     # shard 4 is a cache miss: read from storage under every source
     _fake_fabric(monkeypatch, by_kind(), fail={"restore/c0/shard4"})
-    outcome = st.run(RunContext(tmp_path, quick=True))
-    assert not outcome["fidelity"]["valid"] and not summary_valid(tmp_path)
-    broken = [r for r in outcome["table"] if r["part"] == "stampede"]
+    outcome = st.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    assert not outcome.fidelity["valid"] and not summary_valid(tmp_path)
+    broken = [r for r in outcome.table if r["part"] == "stampede"]
     assert all(r["restore_s"] is None and not r["valid"] for r in broken)
-    assert len(st.plot(tmp_path)) == 2
+    assert len(st.EXPERIMENT.plot(tmp_path)) == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from experiments import common
+from fabric.experiment import loop
 from fabric.emulation import fidelity
 from fabric.traffic.model import Transfer, TransportSpec
 
@@ -18,17 +18,17 @@ def test_the_first_run_is_preceded_by_a_few_packets_of_its_transfers(tmp_path: P
         calls.append((Path(workdir).name, [t.bytes for t in transfers], seed))
         return SimpleNamespace(transfer_rows=lambda: [], errors=[], fidelity=[])
 
-    monkeypatch.setattr(common, "traffic_run", fake_traffic)
-    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+    monkeypatch.setattr(loop, "traffic_run", fake_traffic)
+    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
         "idle_path_rate", 0.98, 0.9, True))
     transport = TransportSpec("roce", mtu_payload=1000)
-    runs = [common.Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6),
+    runs = [loop.Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6),
                                               Transfer("b", "h1", "h0", 500)], seed)
             for seed in (7, 8)]
-    log = common.RunLog()
-    common.run_schedules(SimpleNamespace(save_controller_log=lambda path: None), runs,
-                         transport, tmp_path, common.Progress(2, "test"),
+    log = loop.RunLog()
+    loop.run_schedules(SimpleNamespace(save_controller_log=lambda path: None), runs,
+                         transport, tmp_path, loop.Progress(2, "test"),
                          lambda run, result, report: {}, log)
-    assert calls == [("warm-up", [common.WARM_UP_PACKETS * 1000, 500], 7),
+    assert calls == [("warm-up", [loop.WARM_UP_PACKETS * 1000, 500], 7),
                      ("7", [10**6, 500], 7), ("8", [10**6, 500], 8)]
     assert [row["seed"] for row in log.rows] == [7, 8]  # the warm-up is not a result

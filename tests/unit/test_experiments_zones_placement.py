@@ -12,10 +12,11 @@ import networkx as nx
 import pytest
 
 import topologies
-from experiments import EXPERIMENTS, common, placement, zones
-from experiments.common import RunContext
+from experiments import EXPERIMENTS, placement, zones
+from fabric.experiment import loop
+from fabric.experiment import RunContext
 from fabric.analysis import results
-from fabric.cli import format_table
+from fabric.cli.run import format_table
 from fabric.emulation import capacity, fidelity
 from fabric.model import graph as fg
 from fabric.traffic.model import Plan, validate_schedule
@@ -217,7 +218,7 @@ def test_zone_table_aggregates_seeds_and_counts_incomplete():
             for p, s, v, b, z in (("one-zone", 0, 0.9, 1.0, 0), ("one-zone", 1, 0.8, 1.0, 0),
                                   ("cross-zone", 0, 0.3, 0.33, 2e6),
                                   ("cross-zone", 1, None, 0.5, 1e6))]
-    one, cross = zones._table(rows)
+    one, cross = zones.EXPERIMENT.table(rows)
     assert one["placement"] == "one-zone" and one["busbw_frac"] == pytest.approx(0.85)
     assert one["busbw_frac_min"] == 0.8 and one["busbw_frac_max"] == 0.9
     assert cross["busbw_frac"] == 0.3 and cross["incomplete"] == 1
@@ -238,7 +239,7 @@ def test_placement_rows_and_table(rgraphs):
                             _rows(runs[1]["transfers"], missing={runs[1]["transfers"][0].id}),
                             True)
     assert bad["busbw_frac"] is None and bad["valid"] is False
-    table = placement._table(rows + [bad])
+    table = placement.EXPERIMENT.table(rows + [bad])
     assert [(r["oversubscription"], r["placement"]) for r in table] == [
         (1, "packed"), (1, "scattered")]
     assert table[1]["seeds"] == 2 and table[1]["incomplete"] == 1
@@ -272,9 +273,9 @@ def _fake_traffic(fail_ids=()):
 
 
 def _patch(monkeypatch, module, fail_ids=()):
-    monkeypatch.setattr(module, "Emulation", FakeEmulation)
-    monkeypatch.setattr(common, "traffic_run", _fake_traffic(fail_ids))
-    monkeypatch.setattr(common, "idle_check", lambda emu, transport, workdir: fidelity.Check(
+    monkeypatch.setattr(loop, "Emulation", FakeEmulation)
+    monkeypatch.setattr(loop, "traffic_run", _fake_traffic(fail_ids))
+    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
         "idle_path_rate", 0.98, 0.9, True))
 
 
@@ -283,9 +284,9 @@ def test_run_writes_rows_summary_and_figures(tmp_path, monkeypatch, module):
     _patch(monkeypatch, module)
     if module is placement:
         monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
-    outcome = module.run(RunContext(tmp_path, quick=True))
-    assert set(outcome) >= {"table", "fidelity", "seeds", "parameters", "notes"}
-    assert outcome["fidelity"]["valid"] is True and outcome["seeds"] == [0, 1]
+    outcome = module.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    assert outcome.table and outcome.parameters and outcome.notes is not None
+    assert outcome.fidelity["valid"] is True and outcome.seeds == [0, 1]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert runs and all(r["valid"] == "True" for r in runs)
     assert all(float(r["busbw_frac"]) == pytest.approx(0.8, rel=0.01) for r in runs)
@@ -297,13 +298,13 @@ def test_run_writes_rows_summary_and_figures(tmp_path, monkeypatch, module):
     assert "question" in summary
     text = format_table(module.NAME, outcome)
     assert "fidelity: valid" in text
-    for path in module.plot(tmp_path):
+    for path in module.EXPERIMENT.plot(tmp_path):
         assert path.stat().st_size > 1000
 
 
 def test_zones_run_rows_carry_placements_and_interzone_bytes(tmp_path, monkeypatch):
     _patch(monkeypatch, zones)
-    zones.run(RunContext(tmp_path, quick=True, seeds=1))
+    zones.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1))
     runs = results.read_csv(tmp_path / "runs.csv")
     assert [r["placement"] for r in runs] == list(zones.PLACEMENTS)
     assert all(r["interzone_bytes"] == "1000" for r in runs)
@@ -315,21 +316,21 @@ def test_zones_run_rows_carry_placements_and_interzone_bytes(tmp_path, monkeypat
 def test_an_incomplete_run_is_not_swallowed(tmp_path, monkeypatch):
     _patch(monkeypatch, placement, fail_ids={"scattered-ring/ch0/step0/chunk0/r0"})
     monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
-    outcome = placement.run(RunContext(tmp_path, quick=True, seeds=1))
-    assert outcome["fidelity"]["valid"] is False
-    failed = [c for c in outcome["fidelity"]["checks"] if not c["ok"]]
+    outcome = placement.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1))
+    assert outcome.fidelity["valid"] is False
+    failed = [c for c in outcome.fidelity["checks"] if not c["ok"]]
     assert [c["name"] for c in failed] == ["transfers_complete"]
     runs = results.read_csv(tmp_path / "runs.csv")
     scattered = [r for r in runs if r["placement"] == "scattered"]
     assert all(r["busbw_frac"] == "" and r["valid"] == "False" for r in scattered)
-    assert outcome["table"][1]["incomplete"] == 1
+    assert outcome.table[1]["incomplete"] == 1
     assert "INVALID (transfers_complete)" in format_table("placement", outcome)
 
 
 def test_placement_uses_one_host_rate_for_both_fabrics(tmp_path, monkeypatch):
     _patch(monkeypatch, placement)
     monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
-    placement.run(RunContext(tmp_path, quick=True, seeds=1))
+    placement.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1))
     runs = results.read_csv(tmp_path / "runs.csv")
     assert {r["host_mbps"] for r in runs} == {str(placement.common_host_mbps(
         [topologies.build(s) for _, s in placement.topology_specs(None)]))}
@@ -351,7 +352,7 @@ def _fake_zones_dir(run_dir: Path, valid: bool) -> None:
                          "interzone_bytes": 2_000_000 if placement_name.startswith("cross")
                          else 0, "valid": valid})
     results.write_csv(run_dir / "runs.csv", rows)
-    results.write_summary(run_dir, "zones", zones._table(rows),
+    results.write_summary(run_dir, "zones", zones.EXPERIMENT.table(rows),
                           {"valid": valid, "runs": len(rows), "checks": []}, {"ranks": 8})
 
 
@@ -365,7 +366,7 @@ def _fake_placement_dir(run_dir: Path, valid: bool) -> None:
                              "busbw_frac": None if seed and not valid else value - seed / 50,
                              "ideal": value, "valid": valid})
     results.write_csv(run_dir / "runs.csv", rows)
-    results.write_summary(run_dir, "placement", placement._table(rows),
+    results.write_summary(run_dir, "placement", placement.EXPERIMENT.table(rows),
                           {"valid": valid, "runs": len(rows), "checks": []}, {"ranks": 4})
 
 
@@ -384,7 +385,7 @@ def test_figures_are_drawn_from_the_csvs_without_root(tmp_path, name, fake, figu
 
 
 def test_run_checks_puts_each_runs_load_checks_in_its_row():
-    from experiments.common import RUN_CHECKS, run_checks
+    from fabric.experiment.checks import RUN_CHECKS, run_checks
 
     report = {"valid": False, "checks": [
         {"name": "ovs_input_delay_ms", "value": 1.4, "threshold": 1.0, "ok": False},

@@ -1,9 +1,13 @@
-"""The dependency rule of DESIGN.md section 1, checked on the import statements.
+"""The dependency rule, checked on the import statements.
 
 ``fabric/`` is one folder per layer. :data:`LAYERS` says which layers each may
 import (its own modules always); every layer's ``__init__`` docstring states
-the same in a ``May import:`` line. Mininet is imported only by the emulation
-layer, lazily; os-ken only by ``controllers/`` and ``fabric/testing/``.
+the same in a ``May import:`` line. fabric's top-level modules (:data:`SHARED`:
+the user-error base class and the argument types) import nothing of fabric and
+every layer and package may use them. The command line (``fabric.cli``) sits
+above everything. Mininet is imported only by the emulation layer, lazily;
+os-ken only by ``controllers/`` and ``fabric/testing/``. Nothing is allowed by
+name: there is no exception list.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("topologies", "fabric", "controllers", "experiments", "ryu")
+PACKAGES = ("topologies", "fabric", "controllers", "experiments", "benchmarks")
 
 # Layers of fabric/ and the other layers each may import.
 LAYERS: dict[str, frozenset[str]] = {
@@ -25,33 +29,35 @@ LAYERS: dict[str, frozenset[str]] = {
     "fabric.routing": frozenset({"fabric.model"}),
     "fabric.traffic": frozenset({"fabric.model"}),
     "fabric.agent": frozenset({"fabric.traffic"}),
-    "fabric.emulation": frozenset({"fabric.model", "fabric.routing", "fabric.traffic"}),
+    "fabric.host": frozenset(),
+    "fabric.emulation": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
+                                   "fabric.host"}),
     "fabric.analysis": frozenset({"fabric.model", "fabric.traffic", "fabric.emulation"}),
+    # it builds the fabrics an experiment names: the builders sit beside fabric
+    "fabric.experiment": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
+                                    "fabric.host", "fabric.emulation", "fabric.analysis",
+                                    "topologies"}),
     "fabric.testing": frozenset({"fabric.model", "fabric.routing"}),
 }
-# Packages beside fabric/ and what of fabric each may import.
+# fabric's top-level modules: they import nothing of fabric; everyone may import them.
+SHARED = frozenset({"fabric.errors", "fabric.argtypes"})
+TOP_LEVEL = frozenset({"fabric/__init__.py", "fabric/errors.py", "fabric/argtypes.py"})
+CLI = "fabric.cli"  # above everything: it may import every layer and package
+# Packages beside fabric/: the layers of fabric and the other packages each may import.
 CLIENTS: dict[str, frozenset[str]] = {
     "topologies": frozenset({"fabric.model"}),
-    # the launcher checks its listen port with the emulation's system helpers and parses
-    # its arguments with the command line's types
-    "controllers": frozenset({"fabric.model", "fabric.routing", "fabric.emulation.system",
-                              "fabric.argtypes"}),
-    "experiments": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
-                              "fabric.emulation", "fabric.analysis"}),
-    # Ryu's module paths, mapped onto os-ken's: nothing of fabric
-    "ryu": frozenset(),
+    "controllers": frozenset({"fabric.model", "fabric.routing", "fabric.host", "topologies"}),
+    "experiments": frozenset({"fabric.model", "fabric.routing", "fabric.traffic", "fabric.host",
+                              "fabric.emulation", "fabric.analysis", "fabric.experiment",
+                              "topologies", "controllers"}),
+    # performance scripts: the layers and the builders, never an experiment or the CLI
+    "benchmarks": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
+                             "fabric.agent", "fabric.host", "fabric.emulation",
+                             "fabric.analysis", "fabric.experiment", "topologies"}),
 }
-# fabric's top level: the package docstring and the command line (above every layer) with
-# its argument types (which import nothing of fabric).
-TOP_LEVEL = frozenset({"fabric/__init__.py", "fabric/cli.py", "fabric/argtypes.py"})
+PROJECT_PACKAGES = ("fabric", "topologies", "controllers", "experiments", "benchmarks")
 MININET_LAYER = "fabric.emulation"
-OS_KEN_ALLOWED = ("controllers", "fabric.testing", "ryu")
-# Lazy imports of the packages above fabric: the CLI dispatches to them, and the
-# harness's make_app loads fabric's own apps.
-LAZY_ABOVE: dict[str, frozenset[str]] = {
-    "fabric.cli": frozenset({"controllers", "experiments"}),
-    "fabric.testing": frozenset({"controllers"}),
-}
+OS_KEN_ALLOWED = ("controllers", "fabric.testing")
 PURE_LAYERS = ("fabric.model", "fabric.routing")
 IMPURE = ("time", "random", "subprocess", "os", "datetime")
 
@@ -121,14 +127,14 @@ def _within(module: str, prefix: str) -> bool:
 
 
 def home_of(path: Path) -> str:
-    """The layer (``fabric.model``, ...), top-level module or client package of ``path``."""
+    """The layer (``fabric.model``, ...), top-level module, CLI or package of ``path``."""
     rel = _rel(path)
     if rel in TOP_LEVEL:
         return rel[:-3].replace("/", ".").removesuffix(".__init__")
     parts = Path(rel).parts
     if parts[0] == "fabric":
         layer = f"fabric.{parts[1]}"
-        if len(parts) < 3 or layer not in LAYERS:
+        if len(parts) < 3 or layer not in LAYERS | {CLI: frozenset()}:
             raise AssertionError(f"{rel}: not in a layer folder of fabric/ ({sorted(LAYERS)}) "
                                  f"nor one of its top-level modules ({sorted(TOP_LEVEL)})")
         return layer
@@ -137,36 +143,45 @@ def home_of(path: Path) -> str:
     raise AssertionError(f"{rel}: outside the checked packages")
 
 
+def target_of(module: str) -> str | None:
+    """The layer, top-level module or package ``module`` belongs to (None: not the
+    project's, or the ``fabric`` package itself)."""
+    parts = module.split(".")
+    if parts[0] not in PROJECT_PACKAGES or module == "fabric":
+        return None
+    return ".".join(parts[:2]) if parts[0] == "fabric" else parts[0]
+
+
+def may_import(home: str) -> frozenset[str] | None:
+    """What ``home`` may import of the project besides itself and :data:`SHARED`
+    (None: anything, the CLI)."""
+    if home == CLI:
+        return None
+    return LAYERS.get(home, CLIENTS.get(home, frozenset()))
+
+
 def violations(path: Path, text: str | None = None) -> list[str]:
     """Every import in ``path`` (or ``text`` read as ``path``) that breaks the rules."""
     home = home_of(path)
     rel = _rel(path)
+    allowed = may_import(home)
     problems = []
     for imp in imports_of(path, text):
         mod, top = imp.module, _top(imp.module)
         where = f"{rel}:{imp.lineno} imports {mod}"
+        target = target_of(mod)
         if top == "mininet":
             if home != MININET_LAYER:
                 problems.append(f"{where}: Mininet outside the emulation layer")
             elif not imp.lazy:
                 problems.append(f"{where}: Mininet at module level (import it lazily)")
         elif top in ("os_ken", "ryu"):
-            if not any(_within(home, allowed) for allowed in OS_KEN_ALLOWED):
+            if not any(_within(home, a) for a in OS_KEN_ALLOWED):
                 problems.append(f"{where}: os-ken outside controllers/ and fabric/testing/")
-        elif top in ("controllers", "experiments") and top != home:
-            lazy_ok = top in LAZY_ABOVE.get(home, ()) and imp.lazy
-            if home not in CLIENTS and not lazy_ok:
-                problems.append(f"{where}: a layer of fabric imports {top}/ above it")
-            elif home in CLIENTS and top == "experiments":
-                problems.append(f"{where}: {home}/ imports experiments/")
-        elif top == "fabric" and mod != "fabric":
-            if home in ("fabric", "fabric.cli"):
-                continue  # the top level uses every layer
-            allowed = LAYERS.get(home, CLIENTS.get(home, frozenset())) | {home}
-            # "from fabric.emulation import system" also records fabric.emulation
-            if not any(_within(mod, a) or (mod in LAYERS and _within(a, mod)) for a in allowed):
-                problems.append(f"{where}: {home} may import only "
-                                f"{', '.join(sorted(allowed - {home})) or 'itself'}")
+        elif (target is not None and target != home and target not in SHARED
+              and allowed is not None and target not in allowed):
+            problems.append(f"{where}: {home} may import only "
+                            f"{', '.join(sorted(allowed)) or 'nothing of the project'}")
     return problems
 
 
@@ -209,13 +224,23 @@ def test_import_parser_sees_lazy_and_relative_imports():
      "os-ken outside controllers/"),
     ("fabric/emulation/probe.py", "import ryu.base.app_manager\n", "os-ken outside"),
     ("fabric/emulation/probe.py", "def f():\n    import controllers.launcher\n",
-     "imports controllers/ above it"),
-    ("fabric/analysis/probe.py", "from experiments import EXPERIMENTS\n", "experiments/ above"),
+     "fabric.emulation may import only"),
+    ("fabric/analysis/probe.py", "from experiments import EXPERIMENTS\n",
+     "fabric.analysis may import only"),
+    ("fabric/testing/probe.py", "def f():\n    from controllers import runtime\n",
+     "fabric.testing may import only"),
+    ("fabric/host/probe.py", "from fabric.model import graph\n",
+     "fabric.host may import only nothing"),
+    ("fabric/experiment/probe.py", "import experiments\n", "fabric.experiment may import"),
     ("topologies/probe.py", "from fabric.emulation import capacity\n",
      "topologies may import only fabric.model"),
     ("topologies/probe.py", "import mininet.topo\n", "Mininet outside"),
     ("controllers/probe.py", "from fabric.analysis import results\n", "controllers may import"),
-    ("controllers/probe.py", "from experiments import common\n", "imports experiments/"),
+    ("controllers/probe.py", "from fabric.emulation import system\n", "controllers may import"),
+    ("controllers/probe.py", "from experiments import collisions\n", "controllers may import"),
+    ("benchmarks/probe.py", "from experiments.collisions import norm_throughput\n",
+     "benchmarks may import only"),
+    ("benchmarks/probe.py", "from fabric.cli import main\n", "benchmarks may import only"),
 ])
 def test_rules_report_a_wrong_import(rel, text, expected):
     problems = violations(ROOT / rel, text)
@@ -226,10 +251,16 @@ def test_rules_report_a_wrong_import(rel, text, expected):
     ("fabric/routing/probe.py", "from fabric.model import graph as fg\nfrom . import tables\n"),
     ("fabric/emulation/probe.py", "def f():\n    from mininet.net import Mininet\n"),
     ("fabric/testing/probe.py", "from os_ken.ofproto import ofproto_v1_5\n"
-     "def f():\n    from controllers import runtime\n"),
-    ("controllers/probe.py", "from fabric.emulation.system import check_port_free\n"),
-    ("fabric/cli.py", "def f():\n    from experiments import EXPERIMENTS\n"),
-    ("experiments/probe.py", "from fabric.emulation import Emulation\n"),
+     "from fabric.routing import runtime\n"),
+    ("controllers/probe.py", "from fabric.host.ports import check_port_free\n"
+     "from fabric import argtypes\nfrom fabric.errors import UserError\n"),
+    ("fabric/model/probe.py", "from fabric.errors import UserError\n"),
+    ("fabric/cli/probe.py", "def f():\n    import experiments\nimport controllers.launcher\n"
+     "from fabric.emulation import Emulation\n"),
+    ("experiments/probe.py", "from fabric.emulation import Emulation\n"
+     "from fabric.experiment import Runner\nfrom controllers import userapp\n"),
+    ("benchmarks/probe.py", "from fabric.experiment.loop import traffic_run\n"
+     "from fabric.agent.runner import per_process\n"),
 ])
 def test_rules_accept_an_allowed_import(rel, text):
     assert violations(ROOT / rel, text) == []
@@ -246,20 +277,27 @@ def test_module_keeps_the_layer_rules(path):
     assert not problems, "\n".join(problems)
 
 
-def test_fabric_top_level_holds_only_the_cli_and_the_package():
+def test_fabric_holds_its_layers_the_cli_and_the_shared_modules_only():
     top = {_rel(p) for p in (ROOT / "fabric").glob("*.py")}
     assert top <= TOP_LEVEL, f"modules outside a layer: {sorted(top - TOP_LEVEL)}"
     folders = {f"fabric.{d.name}" for d in (ROOT / "fabric").iterdir()
                if d.is_dir() and (d / "__init__.py").exists()}
-    assert folders == set(LAYERS)
+    assert folders == set(LAYERS) | {CLI}
+
+
+@pytest.mark.parametrize("rel", sorted(TOP_LEVEL))
+def test_shared_modules_import_nothing_of_fabric(rel):
+    found = {i.module for i in imports_of(ROOT / rel)}
+    assert not {m for m in found if _top(m) in PROJECT_PACKAGES}, found
 
 
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_layer_docstring_states_what_it_may_import(layer):
     init = ROOT / Path(*layer.split(".")) / "__init__.py"
     doc = ast.get_docstring(ast.parse(init.read_text())) or ""
-    lines = [line for line in doc.splitlines() if line.startswith("May import:")]
-    assert len(lines) == 1, f"{_rel(init)}: no 'May import:' line in its docstring"
+    paragraphs = [p.replace("\n", " ") for p in doc.split("\n\n")]
+    lines = [p for p in paragraphs if p.startswith("May import:")]
+    assert len(lines) == 1, f"{_rel(init)}: no 'May import:' paragraph in its docstring"
     stated = lines[0].removeprefix("May import:").split("(")[0].strip().rstrip(".")
     names = set() if stated.startswith("nothing") else {s.strip() for s in stated.split(",")}
     assert names == set(LAYERS[layer]), f"{_rel(init)} says {names}, the rule is {LAYERS[layer]}"

@@ -62,7 +62,7 @@ def test_without_the_environment_the_probe_decides_once_per_process(monkeypatch)
 def test_bring_up_reports_the_headroom_on_this_machine():
     from types import SimpleNamespace
 
-    from fabric.cli import bring_up_text
+    from fabric.cli.common import bring_up_text
 
     plan = capacity.plan_rates(topologies.build("rail-clos"), 3.0, speed=0.5)
     report = SimpleNamespace(rate_plan=plan, phases_s={"network": 1.0}, total_s=1.0,

@@ -11,7 +11,7 @@ import pytest
 
 from experiments import collisions
 from fabric.analysis import results
-from fabric.cli import format_table
+from fabric.cli.run import format_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,7 @@ def _fake_collisions_run(run_dir: Path, valid: bool, extra: tuple = ()) -> None:
     results.write_csv(run_dir / "runs.csv", rows)
     results.write_csv(run_dir / "flows.csv", flows)
     results.write_csv(run_dir / "uplinks.csv", links)
-    results.write_summary(run_dir, "collisions", collisions._table(rows, {"rail-clos": 4}),
+    results.write_summary(run_dir, "collisions", collisions.table_of(rows, {"rail-clos": 4}),
                           {"valid": valid, "runs": 6, "checks": []},
                           {"balls_into_bins_expectation": 0.684})
 
@@ -114,7 +114,7 @@ def test_a_users_policy_gets_its_own_rows_boxes_and_heatmap_column(tmp_path):
     assert mine and all(r["theory"] is None and r["anchor"] is None for r in mine)
     runs = results.read_csv(tmp_path / "runs.csv")
     assert collisions.policies_in(runs) == ["ecmp", "spray", "adaptive", "Flowlets"]
-    names = {p.name for p in collisions.plot(tmp_path)}
+    names = {p.name for p in collisions.EXPERIMENT.plot(tmp_path)}
     assert {"throughput.png", "uplink_load.png", "fct_cdf.png"} <= names
 
 
@@ -124,7 +124,7 @@ def test_collisions_table_aggregates_seeds():
              "collisions": c,
              "max_flows_per_link": m, "drop_frac": d, "rto": r}
             for s, v, i, c, m, d, r in ((0, 0.5, 0.6, 2, 2, 0.0, 0), (1, 0.7, 0.8, 4, 3, 0.002, 1))]
-    (row,) = collisions._table(rows, {"t": 4})
+    (row,) = collisions.table_of(rows, {"t": 4})
     assert row["seeds"] == 2 and row["norm_throughput"] == pytest.approx(0.6)
     assert row["ideal"] == pytest.approx(0.7)
     assert row["efficiency"] == pytest.approx((0.5 / 0.6 + 0.7 / 0.8) / 2, abs=1e-4)
@@ -160,10 +160,11 @@ def test_paths_between_pods_are_the_top_tier(spec, paths):
 
 
 def test_format_table_labels_invalid_runs():
-    text = format_table("collisions", {"table": [{"policy": "ecmp", "x": 0.5}],
-                                       "notes": ["theory 0.684"],
-                                       "fidelity": {"valid": False, "runs": 2, "checks": [
-                                           {"name": "ovs_input_delay_ms", "ok": False}]}})
+    from fabric.experiment import Outcome
+
+    text = format_table("collisions", Outcome(
+        [{"policy": "ecmp", "x": 0.5}], {"valid": False, "runs": 2, "checks": [
+            {"name": "ovs_input_delay_ms", "ok": False}]}, [0], {}, ["theory 0.684"]))
     assert "theory 0.684" in text and "INVALID (ovs_input_delay_ms)" in text
 
 
@@ -186,7 +187,7 @@ def test_every_series_of_a_figure_has_its_own_colour_and_marker():
 
 
 def test_progress_gives_no_estimate_before_a_step_finished(capsys):
-    from experiments.common import Progress
+    from fabric.experiment.loop import Progress
 
     progress = Progress(3, "probe")
     progress.step("first")
@@ -196,17 +197,16 @@ def test_progress_gives_no_estimate_before_a_step_finished(capsys):
     assert "s left" in second
 
 
-@pytest.mark.parametrize("name", ["collisions", "incast", "isolation", "zones", "placement"])
+@pytest.mark.parametrize("name", ["collisions", "incast", "isolation", "zones", "placement",
+                                  "failures", "storage"])
 def test_every_experiment_checks_its_topology_before_it_runs(name, tmp_path):
-    import importlib
+    import experiments
+    from fabric.experiment import Experiment, RunContext
 
-    from experiments import EXPERIMENTS
-    from experiments.common import RunContext
-
-    module = importlib.import_module(EXPERIMENTS[name])
-    for attr in ("NAME", "QUESTION", "check", "run", "plot"):
-        assert hasattr(module, attr), f"{name} has no {attr}"
-    module.check(RunContext(tmp_path, quick=True))  # its own default topology runs
+    experiment = experiments.load(name)
+    assert isinstance(experiment, Experiment) and experiment.name == name
+    assert experiment.question and set(experiment.modes) == {"quick", "full"}
+    experiment.check(RunContext(tmp_path, quick=True))  # its own default topology runs
     with pytest.raises(ValueError):
-        module.check(RunContext(tmp_path, quick=True, topo="rail-clos,servers=1,gpus=1"))
+        experiment.check(RunContext(tmp_path, quick=True, topo="rail-clos,servers=1,gpus=1"))
     assert not any(tmp_path.iterdir())  # a check writes nothing

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric.emulation import system
+from fabric.host import ports, system
 
 
 def _state(pid: int) -> str:
@@ -70,7 +70,7 @@ def test_kill_trees_stops_a_process_the_moment_it_started():
 @pytest.mark.parametrize("text, expected", [("remote:127.0.0.1:6633", ("127.0.0.1", 6633)),
                                             ("remote:127.1.2.3:1", ("127.1.2.3", 1))])
 def test_a_remote_controller_on_loopback_is_accepted(text, expected):
-    assert system.parse_remote_controller(text) == expected
+    assert ports.parse_remote_controller(text) == expected
 
 
 @pytest.mark.parametrize("text, words", [
@@ -80,7 +80,7 @@ def test_a_remote_controller_on_loopback_is_accepted(text, expected):
     ("remote:127.0.0.1:0", "1..65535"), ("remote:127.0.0.1:http", "1..65535")])
 def test_a_remote_controller_off_loopback_or_malformed_is_refused(text, words):
     with pytest.raises(ValueError, match=words):
-        system.parse_remote_controller(text)
+        ports.parse_remote_controller(text)
 
 
 def test_nothing_listening_is_reported():
@@ -89,5 +89,5 @@ def test_nothing_listening_is_reported():
     with socket.socket() as placeholder:
         placeholder.bind(("127.0.0.1", 0))
         port = placeholder.getsockname()[1]   # bound, never listening
-        with pytest.raises(system.NotListeningError, match=str(port)):
-            system.check_listening("127.0.0.1", port)
+        with pytest.raises(ports.NotListeningError, match=str(port)):
+            ports.check_listening("127.0.0.1", port)

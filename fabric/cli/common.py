@@ -1,0 +1,168 @@
+"""What several subcommands share: the bring-up options, argument types that check
+what they name, and how a bring-up and its controller are described."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from typing import Any
+
+from fabric import argtypes
+from fabric.emulation import shaping
+from fabric.emulation.capture import DEFAULT_MAX_PACKETS as DEFAULT_PCAP_PACKETS
+from fabric.emulation.capture import MAX_PACKETS_LIMIT as MAX_PCAP_PACKETS
+from fabric.errors import UserError
+from fabric.model.graph import TopologyError
+from fabric.routing.policies import POLICIES
+
+
+class UsageError(UserError, ValueError):
+    """Options that are valid one by one but not together."""
+
+
+def build_graph(spec: str | None, option: str | None = None) -> Any:
+    """The fabric of ``spec`` (default: rail-clos); ``option`` names where a bad spec
+    came from."""
+    import topologies
+
+    try:
+        return topologies.build(spec or topologies.DEFAULT_SPEC)
+    except TopologyError as exc:
+        if option is None:
+            raise
+        raise TopologyError(f"argument {option}: {exc}") from None
+
+
+def controller_app(text: str) -> str:
+    """An app spec whose class imports and is an os-ken app (checked before bring-up)."""
+    from controllers import userapp
+
+    return userapp.app_spec_argument(text)
+
+
+def remote_controller(text: str) -> str:
+    """A ``remote:HOST:PORT`` on loopback (whether it listens is checked at bring-up)."""
+    from fabric.host.ports import parse_remote_controller
+
+    try:
+        parse_remote_controller(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_emulation_args(parser: argparse.ArgumentParser) -> None:
+    """The options of a bring-up: routing, lanes, rates, buffers, datapath, controller."""
+    parser.add_argument("--routing", default="ecmp", choices=POLICIES,
+                        help="routing policy (default: ecmp)")
+    lanes = parser.add_mutually_exclusive_group()
+    lanes.add_argument("--isolation", action="store_true",
+                       help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
+    lanes.add_argument("--lanes", metavar="FILE", type=argtypes.existing_file,
+                       help="SL/VL map and lane shares (JSON)")
+    parser.add_argument("--host-mbps", type=argtypes.positive_number(), default=None,
+                        help="emulated rate of the fastest host link; all links scale alike "
+                             "(default: the highest rate, up to 20, at which the fabric's full "
+                             "load stays within what this machine forwards faithfully)")
+    parser.add_argument("--queue-pkts", type=argtypes.integer(1, argtypes.MAX_QUEUE_PKTS),
+                        default=shaping.DEFAULT_QUEUE_PKTS,
+                        help=f"egress buffer of every link, in packets "
+                             f"(default: {shaping.DEFAULT_QUEUE_PKTS})")
+    parser.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    parser.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
+                        help="TCP congestion control of every emulated host, one this kernel "
+                             "has (default: cubic)")
+    parser.add_argument("--port", type=argtypes.port, default=6653,
+                        help="controller port on loopback (default: 6653)")
+    controller = parser.add_mutually_exclusive_group()
+    controller.add_argument("--controller-app", metavar="MODULE:CLASS", type=controller_app,
+                            default=None,
+                            help="run your own os-ken app (MODULE:CLASS or path/to/app.py:CLASS) "
+                                 "instead of --routing's; it reads the fabric graph and rate "
+                                 "scale from controllers.runtime.current()")
+    controller.add_argument("--controller", metavar="remote:HOST:PORT", type=remote_controller,
+                            default=None,
+                            help="use a controller that is already running on loopback (e.g. "
+                                 "remote:127.0.0.1:6633) instead of starting one")
+
+
+def emulation_options(args: argparse.Namespace, **extra: Any) -> Any:
+    """The :class:`EmulationOptions` the bring-up options of ``args`` ask for."""
+    from fabric.emulation import EmulationOptions
+
+    return EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
+                            queue_pkts=args.queue_pkts, datapath=args.datapath,
+                            controller_port=args.port, lanes=lanes_of(args),
+                            tcp_cc=args.tcp_cc, controller_app=args.controller_app,
+                            remote_controller=args.controller, **extra)
+
+
+def lanes_of(args: argparse.Namespace) -> Any:
+    """The lane config of ``--lanes FILE`` or ``--isolation`` (default: one lane)."""
+    from fabric.model.lanes import SINGLE_LANE, THREE_LANES, LaneConfigError, load_lane_config
+
+    if args.lanes:
+        try:
+            return load_lane_config(args.lanes)
+        except LaneConfigError as exc:
+            raise UsageError(f"argument --lanes: {exc}") from None
+    return THREE_LANES if args.isolation else SINGLE_LANE
+
+
+def controller_text(args: argparse.Namespace) -> str:
+    """Which controller routed the fabric: a built-in policy, your app or a remote one."""
+    if args.controller_app:
+        return f"your app {args.controller_app}"
+    if args.controller:
+        return f"{args.controller.replace(':', ' ', 1)} (already running)"
+    return f"{args.routing} (built-in)"
+
+
+def bring_up_text(report: Any) -> str:
+    """Format a :class:`fabric.emulation.BringUpReport`."""
+    plan = report.rate_plan
+    phases = ", ".join(f"{k} {v:.2f}" for k, v in report.phases_s.items())
+    lines = [f"datapath: {report.datapath}space Open vSwitch",
+             f"rates: host links at {plan.host_mbps:g} Mbit/s "
+             f"({plan.scale_mbps_per_gbps * 1000:.3g} Mbit/s emulated per physical Tbit/s); "
+             f"full-load forwarding headroom x{plan.machine_headroom:.2f} "
+             f"({plan.demand_pkt_hops / 1e3:.0f} of "
+             f"{plan.budget_pkt_hops * plan.speed / 1e3:.0f} k packet-hops/s, "
+             f"{plan.switch_ports} switch ports"
+             + (f"; this machine runs at {plan.speed:.2f} of the speed the budget of "
+                f"{plan.budget_pkt_hops / 1e3:.0f} k was measured at)" if plan.speed < 1
+                else ")"),
+             f"bring-up: {report.total_s:.2f} s ({phases})"]
+    lines += [f"fidelity warning: {w}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+def add_pcap_args(parser: argparse.ArgumentParser, when: str, default_at: str) -> None:
+    """``--pcap DIR``, ``--pcap-at WHERE`` and ``--pcap-packets N``."""
+    parser.add_argument("--pcap", metavar="DIR", type=argtypes.new_dir, default=None,
+                        help=f"write packet captures (pcap, headers only) into this new "
+                             f"directory, {when}")
+    parser.add_argument("--pcap-at", metavar="WHERE", action="append", default=None,
+                        help=f"an endpoint (all its links) or a link a-b to capture; repeat "
+                             f"for more (default: {default_at})")
+    parser.add_argument("--pcap-packets", type=argtypes.integer(1, MAX_PCAP_PACKETS),
+                        default=DEFAULT_PCAP_PACKETS,
+                        help=f"at most this many packets per capture file (default: "
+                             f"{DEFAULT_PCAP_PACKETS})")
+
+
+def check_pcap_args(args: argparse.Namespace) -> None:
+    """``--pcap-at`` and ``--pcap-packets`` need ``--pcap``."""
+    if args.pcap is None and (args.pcap_at or args.pcap_packets != DEFAULT_PCAP_PACKETS):
+        raise UsageError("argument --pcap-at/--pcap-packets: give --pcap DIR as well")
+
+
+def print_csv(rows: list[dict]) -> None:
+    """Rows as CSV on stdout (list values joined with ``/``)."""
+    keys = sorted({k for row in rows for k in row})
+    writer = csv.DictWriter(sys.stdout, fieldnames=keys)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("/".join(map(str, v)) if isinstance(v, list) else v)
+                         for k, v in row.items()})

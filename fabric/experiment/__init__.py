@@ -1,0 +1,24 @@
+"""The experiment layer: the contract every experiment implements and the run loop
+it runs in, shared with the benchmarks.
+
+:mod:`~fabric.experiment.contract` (:class:`Experiment`, :class:`Mode`,
+:class:`Measured`, :class:`Outcome`, :class:`RunData`),
+:mod:`~fabric.experiment.options` (an experiment's own command-line options),
+:mod:`~fabric.experiment.context` (:class:`RunContext`: what one run was asked
+for), :mod:`~fabric.experiment.loop` (:class:`Runner`: bring-up, idle check,
+warm-up, attempts, schedules, progress and the run log),
+:mod:`~fabric.experiment.checks` (a run's fidelity verdict) and
+:mod:`~fabric.experiment.measures` (small measurements rows share).
+
+May import: fabric.model, fabric.routing, fabric.traffic, fabric.host, fabric.emulation,
+fabric.analysis, topologies.
+"""
+
+from fabric.experiment.context import CaptureSpec, RunContext
+from fabric.experiment.contract import (Experiment, Measured, Mode, Outcome, RunData,
+                                        with_checks)
+from fabric.experiment.loop import Runner, Scheduled
+from fabric.experiment.options import Option
+
+__all__ = ["CaptureSpec", "Experiment", "Measured", "Mode", "Option", "Outcome", "RunContext",
+           "RunData", "Runner", "Scheduled", "with_checks"]

@@ -1,0 +1,78 @@
+"""What one ``fabric run`` was asked for: the run context every experiment reads."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from fabric.emulation import EmulationOptions
+from fabric.emulation.capture import DEFAULT_MAX_PACKETS, capture_points
+from fabric.experiment.options import CC, ROCE_MTU, Option
+from fabric.model import graph as fg
+from fabric.traffic.model import TransportSpec
+
+DEFAULT_ATTEMPTS = 3  # tries of a run the machine's load invalidated (``--attempts``)
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """``fabric run --pcap``: packet captures of every traffic run.
+
+    Each run writes ``out_dir/<bring-up>/<run>/<point>.pcap``, where
+    ``<bring-up>`` is the run's work directory under ``work_root``.
+    """
+
+    out_dir: Path
+    work_root: Path
+    at: tuple[str, ...] = ()  # endpoints or links a-b; empty: the fabric's first endpoint
+    max_packets: int = DEFAULT_MAX_PACKETS
+
+    def points(self, graph: Any) -> list:
+        """The capture points on ``graph`` (:func:`capture_points`; ValueError if unknown)."""
+        return capture_points(graph, list(self.at) or sorted(fg.endpoints(graph))[:1])
+
+    def run_dir(self, workdir: Path) -> Path:
+        """Where the captures of the run whose work directory is ``workdir`` go."""
+        return self.out_dir / workdir.relative_to(self.work_root)
+
+
+@dataclass
+class RunContext:
+    """The arguments of one experiment run and its new run directory.
+
+    ``values`` holds the experiment's own options (its declared
+    :class:`~fabric.experiment.options.Option` s) by destination name; read one
+    with :meth:`get`, which falls back to the option's default.
+    """
+
+    run_dir: Path
+    quick: bool = False
+    seeds: int | None = None
+    topo: str | None = None
+    host_mbps: float | None = None
+    tcp_cc: str = "cubic"    # the emulated hosts' TCP congestion control
+    values: Mapping[str, Any] = field(default_factory=dict)
+    capture: CaptureSpec | None = None  # --pcap: captures of every run
+    attempts: int = DEFAULT_ATTEMPTS
+    started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def get(self, option: Option) -> Any:
+        """The value of one of the experiment's options: given, or its default."""
+        value = self.values.get(option.dest)
+        return option.default if value is None else value
+
+    def options(self, **kwargs: Any) -> EmulationOptions:
+        """Emulation options of a bring-up, with this run's TCP congestion control."""
+        return EmulationOptions(tcp_cc=self.tcp_cc, **kwargs)
+
+    def roce(self, **kwargs: Any) -> TransportSpec:
+        """The roce transport with this run's path MTU and congestion control
+        (``kwargs`` may set another ``cc``)."""
+        return TransportSpec("roce", **{"mtu_payload": self.get(ROCE_MTU), "cc": self.get(CC),
+                                        **kwargs})
+
+    def seed_list(self, default: int) -> list[int]:
+        """Seeds to run: ``--seeds`` or the experiment's ``default`` for the mode."""
+        return list(range(self.seeds or default))

@@ -1,0 +1,51 @@
+"""Small measurements every experiment's rows and tables share."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from fabric.analysis.report import ideal_spans
+from fabric.emulation.traffic import TrafficResult
+
+
+def transport_losses(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Data packets lost on the way (sent minus received, exact), the share of all sent,
+    and retransmission timeouts, from the merged transfer rows."""
+    sent = sum(r.get("send_packets_sent") or 0 for r in rows)
+    received = sum(r.get("recv_packets_received") or 0 for r in rows)
+    return {"drop_frac": round((sent - received) / sent, 5) if sent else None,
+            "rto": sum(r.get("send_rto_count") or 0 for r in rows)}
+
+
+def ideal_rows(result: TrafficResult, graph: Any, link_mbps: Any, spray: bool = False
+               ) -> list[dict[str, Any]] | None:
+    """The run's transfer rows as a perfect transport would have made them on the same
+    paths (:func:`fabric.analysis.report.ideal_spans`); None when a path is unknown."""
+    spans = ideal_spans(result, graph, link_mbps, spray)
+    if spans is None:
+        return None
+    return [{**r, "send_start": spans[r["id"]].start, "recv_end": spans[r["id"]].end,
+             "fct_s": spans[r["id"]].seconds} for r in result.transfer_rows()]
+
+
+def against_ideal(measured: float | None, ideal: float | None) -> dict[str, float | None]:
+    """``ideal`` and ``efficiency`` (measured / ideal) fields of a runs.csv row."""
+    return {"ideal": None if ideal is None else round(ideal, 4),
+            "efficiency": round(measured / ideal, 4) if measured and ideal else None}
+
+
+def truthy(value: Any) -> bool:
+    """A ``valid`` cell as a bool: True itself or its CSV text ("True")."""
+    return value is True or str(value).lower() == "true"
+
+
+def as_float(value: Any) -> float | None:
+    """A CSV cell as a float; None for an empty cell (a figure that was not measured)."""
+    return None if value in (None, "") else float(value)
+
+
+def mean_or_none(values: list[Any], digits: int = 4) -> float | None:
+    """Rounded mean of the values that are not None (None if there are none)."""
+    values = [v for v in values if v is not None]
+    return round(statistics.fmean(values), digits) if values else None

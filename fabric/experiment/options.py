@@ -1,0 +1,59 @@
+"""Options an experiment declares beyond those every experiment takes.
+
+An experiment lists its :class:`Option` s in ``Experiment.options``; the command
+line adds exactly those to the experiment's parser (``fabric run NAME --help``),
+so an option an experiment would ignore is refused there. The roce transport's
+knobs are declared here, once, for the experiments whose senders are roce.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from fabric.traffic.model import CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ROCE_MTUS, SPRAYING
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option: its flag, help and how its text is read.
+
+    ``type`` raises ``argparse.ArgumentTypeError`` for a bad value, with a
+    message for the user; ``default`` is what :meth:`RunContext.get` returns
+    when the option was not given; ``requires`` names the flag of another
+    option without which this one is refused.
+    """
+
+    flag: str
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    choices: Sequence[Any] | None = None
+    metavar: str | None = None
+    requires: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The attribute name of the parsed value: ``--roce-mtu`` -> ``roce_mtu``."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """Add the option to ``parser``; its parsed value is None when not given."""
+        extra = {k: v for k, v in (("type", self.type), ("choices", self.choices),
+                                   ("metavar", self.metavar)) if v is not None}
+        parser.add_argument(self.flag, default=None, help=self.help, **extra)
+
+
+CC = Option("--cc", default="swift", choices=CONGESTION_CONTROLS,
+            help="congestion control of the roce transport: delay-based swift, ECN-driven "
+                 "dcqcn or loss-based AIMD (default: swift)")
+ROCE_MTU = Option("--roce-mtu", default=DEFAULT_ROCE_MTU, type=int, choices=ROCE_MTUS,
+                  help=f"payload bytes per roce packet, the RoCE path MTU (default: "
+                       f"{DEFAULT_ROCE_MTU}; 1024 is the largest a 1500-byte Ethernet MTU "
+                       f"carries)")
+SPRAY_ENTROPY = Option("--spray-entropy", default="recycle", choices=SPRAYING,
+                       help="how the spray and adaptive senders pick source ports: recycling "
+                            "the ones echoed as uncongested (REPS, default) or simply the next "
+                            "one per packet")
+ROCE_OPTIONS = (CC, ROCE_MTU, SPRAY_ENTROPY)  # every experiment whose senders spray over roce
