@@ -8,10 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # iperf (2): the Mininet CLI's iperf command runs it. clang and the kernel headers build the
-# switches' ECN marker (a BPF filter, fabric/emulation/ecn_marker.bpf.c); clang and the C
-# library's headers the library preloaded into ovs-vswitchd (fabric/emulation/idle_accept.c).
+# switches' ECN marker (a BPF filter, fabric/emulation/ecn_marker.bpf.c) and the flow-control
+# accounting (XDP, fabric/emulation/pfc.bpf.c), which libbpf loads; clang and the C library's
+# headers the library preloaded into ovs-vswitchd (fabric/emulation/idle_accept.c).
 APT_PACKAGES=(mininet openvswitch-switch iperf3 iperf ethtool iputils-ping tcpdump iproute2
-              python3-venv python3-pip clang linux-libc-dev libc6-dev)
+              python3-venv python3-pip clang linux-libc-dev libc6-dev libbpf1)
 SYS_PYTHON=/usr/bin/python3
 VENV=.venv
 

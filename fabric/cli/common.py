@@ -13,6 +13,7 @@ from fabric.emulation import shaping
 from fabric.emulation.capture import DEFAULT_MAX_PACKETS as DEFAULT_PCAP_PACKETS
 from fabric.emulation.capture import MAX_PACKETS_LIMIT as MAX_PCAP_PACKETS
 from fabric.errors import UserError
+from fabric.model.flowcontrol import MODES, FlowControl
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
 
@@ -70,6 +71,7 @@ def add_emulation_args(parser: argparse.ArgumentParser) -> None:
                         help=f"egress buffer of every link, in packets "
                              f"(default: {shaping.DEFAULT_QUEUE_PKTS})")
     parser.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    add_flow_control_arg(parser)
     parser.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
                         help="TCP congestion control of every emulated host, one this kernel "
                              "has (default: cubic)")
@@ -87,6 +89,20 @@ def add_emulation_args(parser: argparse.ArgumentParser) -> None:
                                  "remote:127.0.0.1:6633) instead of starting one")
 
 
+def add_flow_control_arg(parser: argparse.ArgumentParser) -> None:
+    """``--flow-control none|pfc``."""
+    parser.add_argument("--flow-control", choices=MODES, default="none",
+                        help="link-level flow control: none (lossy Ethernet, the default) or "
+                             "pfc (lossless lanes pause their upstream link instead of "
+                             "dropping; a lane is lossless unless its --lanes entry says "
+                             "\"lossless\": false)")
+
+
+def flow_control_of(args: argparse.Namespace) -> FlowControl | None:
+    """The flow control ``--flow-control`` asks for (None: lossy)."""
+    return FlowControl() if args.flow_control == "pfc" else None
+
+
 def emulation_options(args: argparse.Namespace, **extra: Any) -> Any:
     """The :class:`EmulationOptions` the bring-up options of ``args`` ask for."""
     from fabric.emulation import EmulationOptions
@@ -95,7 +111,8 @@ def emulation_options(args: argparse.Namespace, **extra: Any) -> Any:
                             queue_pkts=args.queue_pkts, datapath=args.datapath,
                             controller_port=args.port, lanes=lanes_of(args),
                             tcp_cc=args.tcp_cc, controller_app=args.controller_app,
-                            remote_controller=args.controller, **extra)
+                            remote_controller=args.controller,
+                            flow_control=flow_control_of(args), **extra)
 
 
 def lanes_of(args: argparse.Namespace) -> Any:

@@ -9,10 +9,10 @@ import sys
 from typing import Any, Callable
 
 from fabric import argtypes
-from fabric.cli import clean, controller, plot, run, topo, traffic, up
+from fabric.cli import clean, controller, plot, run, status, topo, traffic, up
 from fabric.errors import UserError
 
-SUBCOMMANDS = (topo, up, traffic, run, plot, controller, clean)
+SUBCOMMANDS = (topo, up, traffic, run, plot, controller, status, clean)
 
 
 class _Terminated(BaseException):

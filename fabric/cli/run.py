@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from fabric import argtypes
-from fabric.cli.common import UsageError, add_pcap_args, build_graph, check_pcap_args
+from fabric.cli.common import (UsageError, add_flow_control_arg, add_pcap_args, build_graph,
+                               check_pcap_args, flow_control_of)
 from fabric.traffic.model import TCP_SEGMENT_BYTES
 
 # --attempts: beyond this, repeating hides a machine too busy for the experiment
@@ -51,6 +52,7 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
                         help="new directory for data, manifest, figures")
     parser.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
                         help="TCP congestion control of every emulated host (default: cubic)")
+    add_flow_control_arg(parser)
     parser.add_argument("--attempts", type=argtypes.integer(1, MAX_ATTEMPTS), default=None,
                         help="how often to try a run that failed only the load-dependent "
                              "fidelity checks (OVS input delay, machine CPU); the attempts given "
@@ -73,7 +75,8 @@ def run_context(args: argparse.Namespace) -> Any:
         if values[option.dest] is not None and needed and values.get(needed) is None:
             raise UsageError(f"argument {option.flag}: applies to {option.requires} only")
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
-                     host_mbps=args.host_mbps, tcp_cc=args.tcp_cc, values=values)
+                     host_mbps=args.host_mbps, tcp_cc=args.tcp_cc,
+                     flow_control=flow_control_of(args), values=values)
     if args.attempts is not None:
         ctx.attempts = args.attempts
     try:
@@ -125,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pcap = ({"pcap": {"dir": str(args.pcap), "at": args.pcap_at or "first endpoint",
                       "packets_per_file": args.pcap_packets}} if ctx.capture else {})
     results.write_manifest(run_dir, args.name, {**outcome.parameters, "quick": args.quick,
+                                                "flow_control": args.flow_control,
                                                 "started": ctx.started,
                                                 "machine_speed": speed.as_dict(), **pcap},
                            outcome.seeds, outcome.fidelity)

@@ -9,9 +9,13 @@ Where each link direction is shaped:
   carries the link's HTB tree and buffer. Drops there are counted exactly,
   whereas on an OVS egress tc undercounts them several-fold (userspace OVS
   discards the rest of a send batch when the qdisc refuses a packet).
+  Under link-level flow control, on the switch's port instead: the queue into
+  an endpoint must be before the point where the flow-control accounting sees
+  a packet reach the endpoint (its arrival at the NIC), and a lossless lane
+  never drops there.
 
-The switch queues (switch ports towards switches, and the IFBs) can also
-mark ECN (:mod:`fabric.emulation.ecn`).
+The switch queues (switch ports towards switches, and the queues into
+endpoints) can also mark ECN (:mod:`fabric.emulation.ecn`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import networkx as nx
 from fabric.emulation.ecn import marker_line
 from fabric.emulation.shaping import LINK_MTU, shape_lines
 from fabric.model import graph as fg
+from fabric.model.flowcontrol import FlowControl, leaf_limits
 from fabric.model.lanes import LaneConfig
 from fabric.traffic.model import TCP_ADVERTISED_MSS
 
@@ -83,15 +88,25 @@ def host_ip_batch(graph: nx.Graph, endpoint: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def _gated(graph: nx.Graph, node: str, queue_pkts: int, lanes: LaneConfig,
+           flow_control: FlowControl | None) -> dict[int, int] | None:
+    return leaf_limits(graph, node, flow_control, queue_pkts, lanes) if flow_control else None
+
+
 def endpoint_tc_batch(graph: nx.Graph, endpoint: str, link_mbps: dict[frozenset, float],
-                      queue_pkts: int, lanes: LaneConfig) -> str:
-    """``tc -batch`` lines for an endpoint: NIC egress, and ingress via its IFB."""
+                      queue_pkts: int, lanes: LaneConfig,
+                      flow_control: FlowControl | None = None) -> str:
+    """``tc -batch`` lines for an endpoint: NIC egress, and ingress via its IFB (none
+    under flow control: the switch's port holds that queue)."""
     lines = []
+    gated = _gated(graph, endpoint, queue_pkts, lanes, flow_control)
     for nic in graph.nodes[endpoint]["nics"]:
         dev = fg.intf_name(endpoint, nic["port"])
         ifb = ifb_name(endpoint, nic["port"])
         mbps = link_mbps[frozenset((endpoint, _switch_at(graph, endpoint, nic["port"])))]
-        lines += shape_lines(dev, mbps, queue_pkts, lanes)
+        lines += shape_lines(dev, mbps, queue_pkts, lanes, gated)
+        if flow_control:
+            continue
         lines += [f"qdisc add dev {dev} handle ffff: ingress",
                   f"filter add dev {dev} parent ffff: protocol all prio 1 u32 match u32 0 0 "
                   f"action mirred egress redirect dev {ifb}"]
@@ -124,19 +139,23 @@ def _switch_at(graph: nx.Graph, endpoint: str, port: int) -> str:
 
 def switch_tc_batch(graph: nx.Graph, switch: str, link_mbps: dict[frozenset, float],
                     queue_pkts: int, lanes: LaneConfig,
-                    markers: Mapping[float, Path] | None = None) -> str:
-    """``tc -batch`` lines for a switch's ports towards other switches.
+                    markers: Mapping[float, Path] | None = None,
+                    flow_control: FlowControl | None = None) -> str:
+    """``tc -batch`` lines for a switch's ports towards other switches (and, under
+    flow control, towards endpoints, with gates on the lossless lanes).
 
-    Ports towards endpoints stay unshaped: those links are shaped at the
-    endpoint's IFB. ``markers`` (link rate -> compiled ECN marker) marks them.
+    Without flow control, ports towards endpoints stay unshaped: those links are
+    shaped at the endpoint's IFB. ``markers`` (link rate -> compiled ECN marker)
+    marks them.
     """
     lines = []
+    gated = _gated(graph, switch, queue_pkts, lanes, flow_control)
     for nbr in graph.neighbors(switch):
-        if fg.is_endpoint(graph, nbr):
+        if fg.is_endpoint(graph, nbr) and not flow_control:
             continue
         dev = fg.intf_name(switch, fg.port(graph, switch, nbr))
         mbps = link_mbps[frozenset((switch, nbr))]
-        lines += shape_lines(dev, mbps, queue_pkts, lanes)
+        lines += shape_lines(dev, mbps, queue_pkts, lanes, gated)
         if markers:
             lines.append(marker_line(dev, markers[mbps]))
     return "".join(line + "\n" for line in lines)

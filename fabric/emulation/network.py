@@ -25,12 +25,14 @@ from typing import Any, Iterable, Iterator
 
 import networkx as nx
 
-from fabric.emulation import capacity, ecn, hostconfig, mnclasses, ovs, runstate, shaping
+from fabric.emulation import (capacity, ecn, flowcontrol, hostconfig, mnclasses, ovs, runstate,
+                              shaping)
 from fabric.emulation.ecn import EcnMarking
 from fabric.emulation.machine_speed import machine_speed
 from fabric.errors import UserError
 from fabric.host import ports, system
 from fabric.model import graph as fg
+from fabric.model.flowcontrol import FlowControl, lossless_lanes
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
 from fabric.routing.config import ControllerConfig, controller_config_to_dict
@@ -102,6 +104,8 @@ class EmulationOptions:
     # IP bytes of the workload's full-size packets (TransportSpec.packet_bytes): the
     # forwarding budget counts packets; ECN thresholds and adaptive timing are in them
     packet_bytes: int = TCP_PACKET_BYTES
+    # link-level flow control (PFC) on the lanes that are lossless; None: lossy Ethernet
+    flow_control: FlowControl | None = None
 
 
 @dataclass
@@ -143,6 +147,9 @@ class Emulation:
         self._controller: subprocess.Popen | None = None
         self._made: runstate.RunState | None = None  # kept after stop, to verify
         self._markers: dict[float, Path] = {}  # link rate -> compiled ECN marker
+        self._pfc_object: Path | None = None  # the compiled flow-control accounting
+        self._pfc: subprocess.Popen | None = None
+        self.pfc_counters: flowcontrol.Counters | None = None
 
     def __enter__(self) -> "Emulation":
         self.start()
@@ -193,13 +200,15 @@ class Emulation:
                                            self._frame_bytes)
             except ecn.MarkerError as exc:
                 raise EmulationError(str(exc)) from None
+        fc = self.options.flow_control  # under flow control the way in is the switch's
         for node, other in ((a, b), (b, a)):
             port_no = fg.port(self.graph, node, other)
             if fg.is_endpoint(self.graph, node):  # NIC egress and, for the way in, its IFB
                 ifb = hostconfig.ifb_name(node, port_no)
-                lines = [line for dev in (fg.intf_name(node, port_no), ifb)
+                devs = [fg.intf_name(node, port_no)] + ([] if fc else [ifb])
+                lines = [line for dev in devs
                          for line in shaping.rate_change_lines(dev, mbps, lanes)]
-                if marker:
+                if marker and not fc:
                     lines.append(ecn.marker_line(ifb, marker, replace=True))
                 batch = self.workdir / f"{node}-rate.tc"
                 batch.write_text("".join(line + "\n" for line in lines))
@@ -207,7 +216,7 @@ class Emulation:
                     self._tc_in_root_mounts(node, batch)
                 except system.HostSetupError as exc:
                     raise EmulationError(f"{node}: changing the rate failed: {exc}") from None
-            elif not fg.is_endpoint(self.graph, other):  # ports into endpoints: shaped there
+            elif fc or not fg.is_endpoint(self.graph, other):  # else shaped at the IFB
                 dev = fg.intf_name(node, port_no)
                 lines = shaping.rate_change_lines(dev, mbps, lanes)
                 if marker:
@@ -275,6 +284,9 @@ class Emulation:
                 self._build_network()
             with _phase(self.report, "configure"):
                 self._configure_hosts_and_shaping()
+            if self.options.flow_control:
+                with _phase(self.report, "flow control"):
+                    self._start_flow_control()
             with _phase(self.report, "routes"):
                 self.wait_until_routed()
             if self.report.datapath == "user":
@@ -311,6 +323,9 @@ class Emulation:
                                  for mbps in set(self.report.rate_plan.link_mbps.values())}
             except ecn.MarkerError as exc:
                 raise EmulationError(str(exc)) from None
+        if self.options.flow_control:
+            flowcontrol.check(self.graph, self.options.lanes)
+            self._pfc_object = flowcontrol.build_object()  # a failed build changes nothing
         if self.options.policy not in POLICIES:
             raise EmulationError(f"unknown routing policy {self.options.policy!r} "
                                  f"(known: {', '.join(POLICIES)})")
@@ -429,12 +444,14 @@ class Emulation:
     def _configure_hosts_and_shaping(self) -> None:
         shaping_args = (self.report.rate_plan.link_mbps, self.options.queue_pkts,
                         self.options.lanes)
+        fc = self.options.flow_control
         procs = []
         for ep in fg.endpoints(self.graph):
             ip_file = self.workdir / f"{ep}.ip"
             tc_file = self.workdir / f"{ep}.tc"
             ip_file.write_text(hostconfig.host_ip_batch(self.graph, ep))
-            tc_file.write_text(hostconfig.endpoint_tc_batch(self.graph, ep, *shaping_args))
+            tc_file.write_text(hostconfig.endpoint_tc_batch(self.graph, ep, *shaping_args,
+                                                            flow_control=fc))
             devs = [fg.intf_name(ep, nic["port"]) for nic in self.graph.nodes[ep]["nics"]]
             procs.append((ep, self.host(ep).popen(
                 ["sh", "-ec", HOST_SETUP_SCRIPT, "sh", str(ip_file), str(tc_file),
@@ -442,7 +459,7 @@ class Emulation:
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         root_tc = self.workdir / "switches.tc"
         root_tc.write_text("".join(hostconfig.switch_tc_batch(self.graph, sw, *shaping_args,
-                                                              self._markers)
+                                                              self._markers, fc)
                                    for sw in fg.switches(self.graph)))
         system.run(["tc", "-batch", str(root_tc)], timeout=60)
         system.run(["sh", "-ec", SWITCH_PORTS_SCRIPT, "sh", str(shaping.LINK_MTU),
@@ -451,12 +468,55 @@ class Emulation:
             out, _ = proc.communicate(timeout=60)
             if proc.returncode != 0:
                 raise EmulationError(f"configuring host {ep} failed: {out.decode().strip()}")
-            if self._markers:
+            if self._markers and not fc:  # under flow control the switch port marks
                 marker_file = self.workdir / f"{ep}-ecn.tc"
                 marker_file.write_text(hostconfig.endpoint_marker_batch(
                     self.graph, ep, self.report.rate_plan.link_mbps, self._markers))
                 self._tc_in_root_mounts(ep, marker_file)
             self._describe_nics(ep)
+
+    def _start_flow_control(self) -> None:
+        """Attach the flow-control accounting and start its daemon."""
+        plan = self.report.rate_plan
+        config = flowcontrol.daemon_config(
+            self.graph, {ep: self.host(ep).pid for ep in fg.endpoints(self.graph)},
+            plan.link_mbps, self.options.flow_control, self.options.lanes,
+            self.options.queue_pkts, self._frame_bytes, self._pfc_object,
+            self.workdir / "pfc-events.csv")
+        self._pfc, status = flowcontrol.start_daemon(config, self.workdir)
+        self.state.add_process(self._pfc.pid, expect="pfc_daemon")
+        self.pfc_counters = flowcontrol.Counters(status, len(config["links"]))
+
+    def flow_control_running(self) -> bool:
+        """True while the flow-control daemon serves (false without flow control)."""
+        return self._pfc is not None and self._pfc.poll() is None
+
+    def lossless_lanes(self) -> list[int]:
+        """The lanes flow control keeps lossless (none without flow control)."""
+        return lossless_lanes(self.options.lanes) if self.options.flow_control else []
+
+    def lossless_queue_drops(self) -> dict[tuple[str, int], int]:
+        """(device, lane) -> packets every egress queue of a lossless lane dropped so far,
+        switch ports and endpoint NICs (empty without flow control)."""
+        lanes = self.lossless_lanes()
+        if not lanes:
+            return {}
+        stats = system.run(["tc", "-s", "qdisc", "show"]).stdout
+        stats += "".join(self.host(ep).cmd("tc -s qdisc show") for ep in fg.endpoints(self.graph))
+        return flowcontrol.lane_drops(stats, lanes)
+
+    def _stop_flow_control(self) -> None:
+        if self.pfc_counters is not None:
+            self.pfc_counters.close()
+            self.pfc_counters = None
+        if self._pfc is not None:
+            self._pfc.terminate()
+            try:
+                self._pfc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._pfc.kill()
+                self._pfc.wait()
+            self._pfc = None
 
     def _tc_in_root_mounts(self, endpoint: str, batch: Path) -> None:
         """Run a ``tc -batch`` file in ``endpoint``'s network namespace with this
@@ -531,6 +591,7 @@ class Emulation:
         done: list[str] = []
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
+            self._stop_flow_control()  # first: it opens its gates while the links exist
             if self.net is not None:
                 ours = {p["pid"] for p in self.state.processes}
                 system.kill_trees([(pid, None) for pid in runstate.stray_processes(self.state)

@@ -10,6 +10,11 @@ Lane ``i`` (see :mod:`fabric.model.lanes`) is class ``1:(i+1)`` under a parent
 class at the link rate; u32 filters on the DSCP bits classify packets. A queue
 that marks ECN has its marker (:mod:`fabric.emulation.ecn`) as the first
 filter; it never classifies.
+
+Under link-level flow control a lossless lane's class holds a gate (a TBF,
+``(i+0x20):``) above its leaf, which the flow-control daemon closes to pause the
+lane (:mod:`fabric.host.tcgate`); its leaf is as large as the switch's whole
+buffer, since the switch's accounting, not the leaf, bounds what it holds.
 """
 
 from __future__ import annotations
@@ -19,6 +24,13 @@ from fabric.traffic.model import TCP_PACKET_BYTES
 
 DEFAULT_QUEUE_PKTS = 64
 LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
+GATE_HANDLE = 0x20   # lane i's gate is qdisc (0x20 + i):, its leaf (10 + i):
+LEAF_HANDLE = 10
+# An open gate's rate, as a multiple of the link's: far above it, so that only the HTB
+# class shapes. Its burst is one largest frame: a closing gate lets out at most that
+# much more (plus the frame it is sending), and a frame larger than the burst would be
+# dropped.
+GATE_OPEN_FACTOR = 10
 # Every emulated link carries jumbo frames (RoCE's 4096-byte path MTU needs more than
 # 1500); TCP keeps a 1500-byte MTU's segments by the hosts' routes (hostconfig).
 LINK_MTU = 9000
@@ -35,8 +47,24 @@ def htb_quantum(rate_mbps: float) -> int:
     return int(min(_MAX_QUANTUM, max(MAX_FRAME_BYTES, rate_mbps * 1e6 / 8 / 10)))
 
 
+def gate_handle(lane: int) -> int:
+    """The 32-bit tc handle of lane ``lane``'s gate qdisc."""
+    return (GATE_HANDLE + lane) << 16
+
+
+def lane_class(lane: int) -> int:
+    """The 32-bit tc handle of lane ``lane``'s HTB class ``1:(lane+1)``."""
+    return (1 << 16) | (lane + 1)
+
+
+def gate_open_bytes_per_s(rate_mbps: float) -> int:
+    """An open gate's rate on a link of ``rate_mbps``, in bytes per second."""
+    return int(GATE_OPEN_FACTOR * rate_mbps * 1e6 / 8)
+
+
 def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS,
-                lanes: LaneConfig = SINGLE_LANE) -> list[str]:
+                lanes: LaneConfig = SINGLE_LANE, gated: dict[int, int] | None = None
+                ) -> list[str]:
     """Return ``tc -batch`` lines that shape ``dev``'s egress.
 
     Parameters
@@ -51,6 +79,9 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
         Virtual lanes: lane ``i`` is class ``1:(i+1)`` with its guaranteed
         share and HTB priority; u32 filters on the DSCP bits pick the lane;
         unmatched packets go to the default lane.
+    gated : dict, optional
+        Lane index -> leaf packets of the lanes that get a gate (lossless lanes
+        under flow control); their leaves take that size instead of ``queue_pkts``.
     """
     if queue_pkts < 1:
         raise ValueError(f"queue must hold at least one packet, got {queue_pkts}")
@@ -65,9 +96,16 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
         lines += [
             f"class add dev {dev} parent 1:{LINK_CLASS:x} classid 1:{i + 1:x} htb "
             f"rate {_kbit(rate)} ceil {link} prio {lane.prio} quantum {htb_quantum(rate)}",
-            f"qdisc add dev {dev} parent 1:{i + 1:x} handle {i + 10:x}: "
-            f"pfifo_head_drop limit {queue_pkts}",
         ]
+        leaf_parent = f"1:{i + 1:x}"
+        if gated and i in gated:
+            gate = f"{GATE_HANDLE + i:x}:"
+            lines.append(f"qdisc add dev {dev} parent {leaf_parent} handle {gate} tbf "
+                         f"rate {gate_open_bytes_per_s(rate_mbps)}bps burst {MAX_FRAME_BYTES} "
+                         f"limit {MAX_FRAME_BYTES}")
+            leaf_parent = f"{gate}1"
+        lines.append(f"qdisc add dev {dev} parent {leaf_parent} handle {LEAF_HANDLE + i:x}: "
+                     f"pfifo_head_drop limit {gated[i] if gated and i in gated else queue_pkts}")
         lines += [f"filter add dev {dev} parent 1: protocol ip prio {LANE_FILTER_PRIO} u32 "
                   f"match ip dsfield 0x{dscp << 2:02x} 0xfc flowid 1:{i + 1:x}"
                   for dscp in lane.dscp]

@@ -22,18 +22,20 @@ import selectors
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import networkx as nx
 
-from fabric.emulation import fidelity, hostconfig, ovs
+from fabric.emulation import fidelity, flowcontrol, hostconfig, ovs
 from fabric.emulation.flowmon import FlowKey, FlowMonitor, path_from_switches
 from fabric.emulation.linkstats import LinkSampler, LinkSeries
 from fabric.emulation.network import PROJECT_ROOT, Emulation
 from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
 from fabric.errors import UserError
+from fabric.host import system
 from fabric.model import graph as fg
 from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, ScheduleError, Transfer,
                                   TransportSpec, destination_ip, source_ports, tcp_connection_keys,
@@ -75,6 +77,9 @@ class TrafficResult:
     ingress_drops: dict[str, int]  # endpoint -> packets dropped at its ingress buffer
     fidelity: list[fidelity.Check]
     errors: list[str] = field(default_factory=list)
+    # under flow control: per link direction and lossless lane, what it paused, held and
+    # dropped during the run (fabric.emulation.flowcontrol.link_rows)
+    flow_control: list[dict[str, Any]] = field(default_factory=list)
 
     def transfer_rows(self) -> list[dict[str, Any]]:
         """One row per transfer: sender and receiver view merged."""
@@ -213,12 +218,22 @@ def leaf_queue_drops(tc_stats: str) -> int:
 
 
 def ingress_drops(emu: Emulation, endpoints: list[str]) -> dict[str, int]:
-    """Packets dropped at each endpoint's ingress buffers (exact, from its IFBs)."""
+    """Packets dropped by the queues into each endpoint (exact): its IFBs, or under
+    flow control the switch ports that hold those queues."""
     drops = {}
     for ep in endpoints:
-        drops[ep] = sum(
-            leaf_queue_drops(emu.host(ep).cmd(f"tc -s qdisc show dev {hostconfig.ifb_name(ep, nic['port'])}"))
-            for nic in emu.graph.nodes[ep]["nics"])
+        total = 0
+        for nic in emu.graph.nodes[ep]["nics"]:
+            if emu.options.flow_control:
+                switch = next(n for n in emu.graph.neighbors(ep)
+                              if fg.port(emu.graph, ep, n) == nic["port"])
+                dev = fg.intf_name(switch, fg.port(emu.graph, switch, ep))
+                total += leaf_queue_drops(system.run(["tc", "-s", "qdisc", "show", "dev",
+                                                      dev]).stdout)
+            else:
+                ifb = hostconfig.ifb_name(ep, nic["port"])
+                total += leaf_queue_drops(emu.host(ep).cmd(f"tc -s qdisc show dev {ifb}"))
+        drops[ep] = total
     return drops
 
 
@@ -368,6 +383,25 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
         emu.state.root_intfs, packet_bytes * 8 / (rates.host_mbps * 1e6) if rates else None,
         packet_bytes + ETHERNET_HEADER_BYTES)
     agents: dict[str, subprocess.Popen] = {}  # label (its endpoints) -> process
+    with lossless_watch(emu, plan) as lossless:
+        checks, errors, logs, series = _run_agents(emu, plan, plan_path, workdir, groups,
+                                                   agents, fid, sample_interval_s)
+    results = _read_reports(workdir, involved, logs, errors)
+    paths = _measured_paths(emu.graph, monitor, plan, first_key) if monitor else {}
+    drops_after = ingress_drops(emu, involved)
+    drops = {ep: drops_after[ep] - drops_before[ep] for ep in involved}
+    return TrafficResult(plan, results, series, paths, drops,
+                         checks + lossless.checks + _transport_checks(plan, results), errors,
+                         lossless.rows)
+
+
+def _run_agents(emu: Emulation, plan: Plan, plan_path: Path, workdir: Path,
+                groups: list[list[str]], agents: dict[str, subprocess.Popen],
+                fid: fidelity.FidelityMonitor, sample_interval_s: float
+                ) -> tuple[list[fidelity.Check], list[str], dict[str, Path], LinkSeries]:
+    """Start the agents together, sample links and fidelity until they finish, stop
+    them; the fidelity checks, errors, each endpoint's log and the link series."""
+    rates = emu.report.rate_plan
     try:
         fid.arm()  # its sampler starts up before the agents do
         logs = _launch_agents(emu, plan_path, workdir, groups, agents,
@@ -382,12 +416,43 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     finally:
         fid.close()
         _stop_all(agents)
-    results = _read_reports(workdir, involved, logs, errors)
-    paths = _measured_paths(emu.graph, monitor, plan, first_key) if monitor else {}
-    drops_after = ingress_drops(emu, involved)
-    drops = {ep: drops_after[ep] - drops_before[ep] for ep in involved}
-    return TrafficResult(plan, results, sampler.series, paths, drops,
-                         checks + _transport_checks(plan, results), errors)
+    return checks, errors, logs, sampler.series
+
+
+@dataclass
+class LosslessWatch:
+    """What flow control did during a run: rows per link and lane, and its check."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[fidelity.Check] = field(default_factory=list)
+
+
+@contextmanager
+def lossless_watch(emu: Emulation, plan: Plan) -> Iterator[LosslessWatch]:
+    """Measure flow control around the body (nothing without it): every link direction's
+    pauses (their share of the time from ``plan``'s start), deepest buffer and drops,
+    and the check that no lossless lane dropped a packet, at a switch's admission or in
+    any egress queue."""
+    watch = LosslessWatch()
+    counters = emu.pfc_counters
+    if counters is None:
+        yield watch
+        return
+    lanes = emu.lossless_lanes()
+    before, queues_before = counters.read(lanes), emu.lossless_queue_drops()
+    counters.reset_max_held(lanes)
+    yield watch
+    after, queues_after = counters.read(lanes), emu.lossless_queue_drops()
+    watch.rows = flowcontrol.link_rows(emu.graph, before, after, time.time() - plan.start_at,
+                                       emu.options.packet_bytes + ETHERNET_HEADER_BYTES)
+    admission = sum(r["drops"] for r in watch.rows)
+    queued = sum(v - queues_before.get(k, 0) for k, v in queues_after.items())
+    watch.checks.append(fidelity.Check(
+        "lossless_drops", admission + queued, 0, admission + queued == 0,
+        f"{admission} at a full headroom, {queued} in egress queues of lossless lanes"))
+    running = emu.flow_control_running()
+    watch.checks.append(fidelity.Check("flow_control_daemon", float(running), 1.0, running,
+                                       "serving" if running else "it exited: see pfc.log"))
 
 
 def _process_groups(plan: Plan, involved: list[str]) -> list[list[str]]:

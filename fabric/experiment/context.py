@@ -11,6 +11,7 @@ from fabric.emulation import EmulationOptions
 from fabric.emulation.capture import DEFAULT_MAX_PACKETS, capture_points
 from fabric.experiment.options import CC, ROCE_MTU, Option
 from fabric.model import graph as fg
+from fabric.model.flowcontrol import FlowControl
 from fabric.traffic.model import TransportSpec
 
 DEFAULT_ATTEMPTS = 3  # tries of a run the machine's load invalidated (``--attempts``)
@@ -53,6 +54,7 @@ class RunContext:
     topo: str | None = None
     host_mbps: float | None = None
     tcp_cc: str = "cubic"    # the emulated hosts' TCP congestion control
+    flow_control: FlowControl | None = None  # link-level flow control (PFC); None: lossy
     values: Mapping[str, Any] = field(default_factory=dict)
     capture: CaptureSpec | None = None  # --pcap: captures of every run
     attempts: int = DEFAULT_ATTEMPTS
@@ -64,8 +66,10 @@ class RunContext:
         return option.default if value is None else value
 
     def options(self, **kwargs: Any) -> EmulationOptions:
-        """Emulation options of a bring-up, with this run's TCP congestion control."""
-        return EmulationOptions(tcp_cc=self.tcp_cc, **kwargs)
+        """Emulation options of a bring-up, with this run's TCP congestion control and
+        flow control (``kwargs`` may set another)."""
+        return EmulationOptions(**{"tcp_cc": self.tcp_cc, "flow_control": self.flow_control,
+                                   **kwargs})
 
     def roce(self, **kwargs: Any) -> TransportSpec:
         """The roce transport with this run's path MTU and congestion control

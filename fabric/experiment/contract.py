@@ -189,6 +189,7 @@ class Experiment(ABC):
         notes = self.notes(ctx, rows, measured)
         results.write_summary(ctx.run_dir, self.name, table, fid,
                               {"question": self.question, "anchors": dict(self.anchors),
+                               "flow_control": "pfc" if ctx.flow_control else "none",
                                **measured.summary, "notes": notes})
         return Outcome(table, fid, self.seeds(ctx), measured.parameters, notes)
 

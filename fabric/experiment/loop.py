@@ -221,6 +221,9 @@ def _run_logged(emu: Emulation, run: Scheduled, transport: TransportSpec, workdi
     log.flows += [{**run.keys, "id": r["id"], "src": r["src"], "dst": r["dst"],
                    "bytes": r["bytes"], "fct_s": r["fct_s"],
                    "path": "/".join(r["path"] or [])} for r in result.transfer_rows()]
+    if getattr(result, "flow_control", None):  # under flow control: what each link paused
+        log.tables.setdefault("pfc", []).extend({**run.keys, **row}
+                                                for row in result.flow_control)
 
 
 def _attempt(emu: Emulation, run: Scheduled, transport: TransportSpec, workdir: Path,

@@ -5,12 +5,15 @@ Commands are always argument lists, never shell strings.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from fabric.errors import UserError
 
@@ -155,3 +158,30 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
     except (OSError, IndexError):
         return False
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+@contextmanager
+def netns(pid: int | None) -> Iterator[None]:
+    """Run the body in the network namespace of process ``pid`` (None: this thread's
+    own). ``setns(2)`` moves only the calling thread; sockets keep the namespace they
+    were created in."""
+    if pid is None:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(target, _CLONE_NEWNET):
+            raise OSError(ctypes.get_errno(), f"setns to process {pid}'s network namespace")
+        try:
+            yield
+        finally:
+            if libc.setns(own, _CLONE_NEWNET):
+                raise RuntimeError("cannot return to this process's network namespace")
+    finally:
+        os.close(own)
+        os.close(target)

@@ -7,12 +7,18 @@ egress queue ``i`` in the controller's ``set_queue`` actions and HTB class
 ``1:(i+1)`` on every shaped interface, the convention of Open vSwitch's
 ``linux-htb`` QoS.
 
+Under link-level flow control (:mod:`fabric.model.flowcontrol`) a lane is
+lossless unless it says ``"lossless": false`` (RoCE deployments pause only the
+RDMA class; InfiniBand's lanes are all lossless); without flow control every lane
+is lossy.
+
 The config file is JSON::
 
     {"lanes": [
         {"name": "collective", "dscp": [26], "share": 0.5, "prio": 0},
         {"name": "storage", "dscp": [10], "share": 0.3, "prio": 1},
-        {"name": "default", "share": 0.2, "prio": 2, "default": true}]}
+        {"name": "default", "share": 0.2, "prio": 2, "default": true,
+         "lossless": false}]}
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class Lane:
     share: float
     prio: int = 0
     default: bool = False
+    lossless: bool = True  # paused, not dropped, under link-level flow control
 
 
 @dataclass(frozen=True)
@@ -95,18 +102,25 @@ def lane_config_from_dict(data: dict[str, Any]) -> LaneConfig:
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
             raise LaneConfigError(f"lane {i} must be an object")
-        unknown = set(item) - {"name", "dscp", "share", "prio", "default"}
+        unknown = set(item) - {"name", "dscp", "share", "prio", "default", "lossless"}
         if unknown:
             raise LaneConfigError(f"lane {i}: unknown keys {sorted(unknown)}")
         try:
             lane = Lane(name=str(item.get("name", f"lane{i}")),
                         dscp=tuple(int(d) for d in item.get("dscp", [])),
                         share=float(item["share"]), prio=int(item.get("prio", 0)),
-                        default=bool(item.get("default", False)))
+                        default=bool(item.get("default", False)),
+                        lossless=_boolean(item.get("lossless", True), f"lane {i}: lossless"))
         except (KeyError, TypeError, ValueError) as exc:
             raise LaneConfigError(f"lane {i}: {exc!r} (needs a numeric 'share')") from None
         lanes.append(lane)
     return validate_lanes(LaneConfig(tuple(lanes)))
+
+
+def _boolean(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise LaneConfigError(f"{what} must be true or false, got {value!r}")
+    return value
 
 
 def validate_lanes(config: LaneConfig) -> LaneConfig:
@@ -148,4 +162,4 @@ def load_lane_config(path: str | Path) -> LaneConfig:
 def lane_config_to_dict(config: LaneConfig) -> dict[str, Any]:
     """The JSON form of ``config`` (for manifests)."""
     return {"lanes": [{"name": l.name, "dscp": list(l.dscp), "share": l.share, "prio": l.prio,
-                       "default": l.default} for l in config.lanes]}
+                       "default": l.default, "lossless": l.lossless} for l in config.lanes]}
