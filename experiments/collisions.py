@@ -33,8 +33,7 @@ from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
-from fabric.traffic.model import (CONGESTION_CONTROLS, ENTROPY, SPRAY_ENTROPY_PORTS,
-                                  ScheduleError)
+from fabric.traffic.model import ENTROPY, SPRAY_ENTROPY_PORTS, ScheduleError
 from fabric.traffic.workloads import (BUFFER_S, FLOW_S, ONE_FLOW_PATTERNS, norm_throughput,
                                       pattern_transfers)
 
@@ -43,6 +42,7 @@ QUESTION = "How much line rate does per-flow ECMP lose to collisions, vs sprayin
 POLICIES = ("ecmp", "spray", "adaptive")
 PATTERNS = ("stride", "permutation", "ring-allreduce", "all-to-all")
 ABLATION_PATTERNS = ONE_FLOW_PATTERNS  # the transport ablation
+ABLATION_CCS = ("swift", "dcqcn", "loss")  # on lossy Ethernet: "none" would only drop
 ABLATION_METRICS = (("efficiency", "mean rate / ideal"),
                     ("span_efficiency", "ideal / measured\ntime of the last byte"))
 # Host rate of each pattern, as a share of the fabric's full-load rate: an all-to-all
@@ -112,7 +112,7 @@ def plan_grid(ctx: RunContext, specs: list[str]) -> dict[str, list[tuple[str, st
     cc = ctx.roce().cc
     grid = {spec: [(p, cc) for p in patterns] for spec in specs}
     if not ctx.quick:
-        grid[specs[0]] += [(p, other) for other in CONGESTION_CONTROLS if other != cc
+        grid[specs[0]] += [(p, other) for other in ABLATION_CCS if other != cc
                            for p in ABLATION_PATTERNS]
     return grid
 

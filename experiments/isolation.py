@@ -11,7 +11,12 @@ it sends its ring successor's data on), with servers on the hosts outside
 the ring, so storage crosses the ring's leaves. Baseline iterations run the
 ring alone, in the same bring-up. Lanes: ``shared`` (one FIFO lane for
 everything) vs ``separate`` (three lanes: collective 50 %, storage 30 %,
-default 20 % of every link, HTB with head-drop leaves).
+default 20 % of every link, HTB with head-drop leaves). Fabrics: ``lossy``
+Ethernet (a full queue drops) vs ``lossless`` (link-level flow control on
+every lane, :mod:`fabric.model.flowcontrol`): there storage's incast pauses the
+links it congests, and in a shared lane that pause stops the ring's packets
+queued behind it (head-of-line blocking across classes), whereas a lane of
+its own has its own pause.
 
 ``collective_slowdown`` is an iteration's ring time over the median
 baseline ring time of the same bring-up.
@@ -22,6 +27,7 @@ collective class held 59.7-59.9 of its 60 Mbit/s against competing traffic.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -32,8 +38,9 @@ import topologies
 from fabric.analysis import plotstyle
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
-from fabric.experiment.measures import mean_or_none, truthy
+from fabric.experiment.measures import mean_or_none, pause_summary, truthy
 from fabric.model import graph as fg
+from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
 from fabric.traffic import collectives, metrics, storage
 from fabric.traffic.model import ScheduleError, Transfer, TransportSpec
@@ -44,6 +51,10 @@ QUESTION = ("Does a separate virtual lane keep a ring all-reduce at its baseline
             "storage bursts share its links?")
 DEFAULT_TOPO = "rail-clos"
 LANES: dict[str, LaneConfig] = {"shared": SINGLE_LANE, "separate": THREE_LANES}
+# lossy Ethernet, and a lossless fabric (PFC on every lane): storage's incast then pauses
+# links instead of dropping, and in a shared lane the pause stops the ring too
+FABRICS: dict[str, FlowControl | None] = {"lossy": None, "lossless": FlowControl()}
+RING_LANE = 0  # the ring's lane in both settings: the one lane, or "collective" first
 PHASES = ("baseline", "storage")
 RING_RANKS = 8
 RING_S = 1.0  # a baseline iteration at line rate (busbw = host rate)
@@ -68,7 +79,7 @@ class IsolationMode(Mode):
     iterations: int
 
 
-QUICK = IsolationMode(seeds=1, iterations=3)
+QUICK = IsolationMode(seeds=1, iterations=2)
 FULL = IsolationMode(seeds=3, iterations=10)
 
 
@@ -149,7 +160,7 @@ def estimate_s(mode: IsolationMode, seeds: int, host_mbps: float) -> float:
     per_bringup = (BRINGUP_S + TEARDOWN_S + RUN_OVERHEAD_S + IDLE_BYTES * 8 / (host_mbps * 1e6)
                    + seeds * mode.iterations * (2 * RUN_OVERHEAD_S
                                                 + RING_S * (1 + STORAGE_SLOWDOWN_BUDGET)))
-    return len(LANES) * per_bringup
+    return len(FABRICS) * len(LANES) * per_bringup
 
 
 def _span(rows: list[dict[str, Any]]) -> float | None:
@@ -182,13 +193,14 @@ def measure_iteration(result: Any, host_mbps: float, storage_links: int) -> dict
 
 
 def add_slowdowns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Set ``collective_slowdown`` against the median baseline of the same lanes."""
-    for lanes in {r["lanes"] for r in rows}:
-        base = [r["collective_ms"] for r in rows if r["lanes"] == lanes
+    """Set ``collective_slowdown`` against the median baseline of the same fabric and
+    lanes."""
+    for setting in {_setting(r) for r in rows}:
+        base = [r["collective_ms"] for r in rows if _setting(r) == setting
                 and r["phase"] == "baseline" and r["collective_ms"] is not None]
         median = statistics.median(base) if base else None
         for r in rows:
-            if r["lanes"] == lanes:
+            if _setting(r) == setting:
                 r["collective_slowdown"] = (round(r["collective_ms"] / median, 4)
                                             if median and r["collective_ms"] is not None
                                             else None)
@@ -202,6 +214,8 @@ def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, An
             "collective_slowdown": None,
             "storage_goodput_frac": measured["storage_goodput_frac"],
             "storage_bytes": measured["storage_bytes"],
+            **pause_summary(result), **{f"ring_lane_{k}": v for k, v in pause_summary(
+                result, (RING_LANE,)).items() if k != "host_links_paused"},
             "complete": bool(result.complete and not result.errors),
             "valid": bool(report["valid"])}
 
@@ -216,6 +230,10 @@ def notes_for(who: Roles, host_mbps: float) -> list[str]:
         "expected: separate lanes keep the collective near its baseline (its lane is "
         "guaranteed 50 % of every link and has priority for spare capacity); one shared lane "
         "lets the storage bursts' flows take most of the shared links, slowing every ring step",
+        "lossless: storage pauses the links it congests instead of dropping; in one shared "
+        "lane the ring waits behind those pauses (head-of-line blocking), in its own lane "
+        "it is paused only for its own traffic (ring_lane_pause_share: the largest share of "
+        "an iteration one link's ring lane was paused)",
         "storage_goodput_frac is over the host rate times the 2 ring-side links storage loads",
         "anchor (DESIGN.md): with head-drop leaves the collective class held 59.7-59.9 of its "
         "60 Mbit/s",
@@ -225,27 +243,35 @@ def notes_for(who: Roles, host_mbps: float) -> list[str]:
 # --- figures (no root: read the run directory only) ---------------------------
 
 
-def _values(runs: list[dict], lanes: str, phase: str, field: str) -> list[float]:
-    return [float(r[field]) for r in runs
-            if r["lanes"] == lanes and r["phase"] == phase and r[field] not in (None, "")]
+def _values(runs: list[dict], setting: tuple[str, str], phase: str, field: str
+            ) -> list[float]:
+    return [float(r[field]) for r in runs if _setting(r) == setting and r["phase"] == phase
+            and r.get(field) not in (None, "")]
 
 
-def _bars(ax: Any, names: Sequence[str], values: list[list[float]]) -> None:
-    for i, (name, vals) in enumerate(zip(names, values)):
+def _setting(row: dict) -> tuple[str, str]:
+    """A row's fabric (lossy or lossless: rows before flow control were lossy) and lanes."""
+    return row.get("fabric") or "lossy", row["lanes"]
+
+
+def _bars(ax: Any, settings: Sequence[tuple[str, str]], values: list[list[float]]) -> None:
+    for i, (setting, vals) in enumerate(zip(settings, values)):
         if vals:
-            plotstyle.spread_bar(ax, i, vals, plotstyle.colour(name, i))
-    ax.set_xticks(range(len(names)), names)
-    ax.set_xlabel("lanes")
+            plotstyle.spread_bar(ax, i, vals, plotstyle.colour(setting[1], i))
+    ax.set_xticks(range(len(settings)), [f"{lanes}\n{fabric}" for fabric, lanes in settings],
+                  fontsize=7)
+    ax.set_xlabel("lanes, fabric")
 
 
-def _lane_names(runs: list[dict]) -> list[str]:
-    return [name for name in LANES if any(r["lanes"] == name for r in runs)]
+def _settings(runs: list[dict]) -> list[tuple[str, str]]:
+    return [(fabric, lanes) for fabric in FABRICS for lanes in LANES
+            if any(_setting(r) == (fabric, lanes) for r in runs)]
 
 
 def slowdown_figure(data: RunData) -> Any:
     """Collective slowdown and storage goodput per lanes setting."""
-    runs, names = data.runs, _lane_names(data.runs)
-    fig, (left, right) = data.plt.subplots(1, 2, figsize=(6.4, 2.6))
+    runs, names = data.runs, _settings(data.runs)
+    fig, (left, right) = data.plt.subplots(1, 2, figsize=(3.2 + 1.6 * len(names), 2.8))
     _bars(left, names, [_values(runs, n, "storage", "collective_slowdown") for n in names])
     left.axhline(1.0, ls="--", color="grey", lw=1, label="baseline (ring alone)")
     left.set_ylim(bottom=0)
@@ -253,11 +279,13 @@ def slowdown_figure(data: RunData) -> Any:
     left.set_title("collective slowdown under storage")
     left.legend(loc="lower right")
     _bars(right, names, [_values(runs, n, "storage", "storage_goodput_frac") for n in names])
-    if "separate" in names:  # what the storage lane is guaranteed when both classes send
-        share = next(lane.share for lane in LANES["separate"].lanes if lane.name == "storage")
-        x = names.index("separate")
-        right.hlines(share, x - 0.4, x + 0.4, ls="--", color="grey", lw=1,
-                     label="storage lane's guaranteed share")
+    share = next(lane.share for lane in LANES["separate"].lanes if lane.name == "storage")
+    label = "storage lane's guaranteed share"
+    for x, (_, lanes) in enumerate(names):  # what the storage lane is guaranteed
+        if lanes == "separate":
+            right.hlines(share, x - 0.4, x + 0.4, ls="--", color="grey", lw=1, label=label)
+            label = None
+    if label is None:
         right.legend(loc="upper right", fontsize=7)
     right.set_ylim(bottom=0)
     right.set_ylabel("storage goodput / line rate")
@@ -267,21 +295,21 @@ def slowdown_figure(data: RunData) -> Any:
 
 def iteration_time_figure(data: RunData) -> Any:
     """Ring all-reduce times per lanes setting and phase."""
-    runs, names = data.runs, _lane_names(data.runs)
-    fig, ax = data.plt.subplots(figsize=(3.8, 2.6))
+    runs, names = data.runs, _settings(data.runs)
+    fig, ax = data.plt.subplots(figsize=(1.6 + 1.4 * len(names), 2.8))
     positions, labels = [], []
-    for i, name in enumerate(names):
+    for i, (fabric, lanes) in enumerate(names):
         for j, phase in enumerate(PHASES):
-            vals = _values(runs, name, phase, "collective_ms")
+            vals = _values(runs, (fabric, lanes), phase, "collective_ms")
             pos = i * (len(PHASES) + 1) + j
             positions.append(pos)
-            labels.append(f"{name}\n{phase}")
+            labels.append(f"{lanes} {fabric}\n{phase}")
             if not vals:
                 continue
             ax.boxplot(vals, positions=[pos], widths=0.6, showfliers=False)
-            ax.scatter([pos] * len(vals), vals, s=10, color=plotstyle.colour(name, i),
+            ax.scatter([pos] * len(vals), vals, s=10, color=plotstyle.colour(lanes, i),
                        zorder=3)
-    ax.set_xticks(positions, labels, fontsize=7)
+    ax.set_xticks(positions, labels, fontsize=6, rotation=90)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("ring all-reduce time (ms)")
     return fig
@@ -306,7 +334,7 @@ class Isolation(Experiment):
         roles(self.graph(ctx))
 
     def run_count(self, ctx: RunContext) -> int:
-        return len(LANES) * run_count(self.mode(ctx), len(self.seeds(ctx)))
+        return len(FABRICS) * len(LANES) * run_count(self.mode(ctx), len(self.seeds(ctx)))
 
     def estimate_s(self, ctx: RunContext) -> float:
         graph = self.graph(ctx)
@@ -314,28 +342,31 @@ class Isolation(Experiment):
         return estimate_s(self.mode(ctx), len(self.seeds(ctx)), expected)
 
     def measure(self, ctx: RunContext, runner: Runner) -> Measured:
-        """One bring-up per lanes setting; baseline and storage iterations interleaved
-        (drift hits both alike)."""
+        """One bring-up per fabric and lanes setting; baseline and storage iterations
+        interleaved (drift hits both alike)."""
         topo = self.topologies(ctx)[0]
         graph = topologies.build(topo)
         mode, seeds, who = self.mode(ctx), self.seeds(ctx), roles(graph)
         rates = set()
-        for lanes_name, lanes in LANES.items():
-            with runner.bring_up(graph, host_mbps=ctx.host_mbps, lanes=lanes) as emu:
+        for (fabric, fc), (lanes_name, lanes) in itertools.product(FABRICS.items(),
+                                                                   LANES.items()):
+            with runner.bring_up(graph, host_mbps=ctx.host_mbps, lanes=lanes,
+                                 flow_control=fc) as emu:
                 host_mbps = emu.report.rate_plan.host_mbps
                 rates.add(host_mbps)
-                runs = (Scheduled({"lanes": lanes_name, "seed": seed, "iteration": iteration,
-                                   "phase": phase},
+                runs = (Scheduled({"fabric": fabric, "lanes": lanes_name, "seed": seed,
+                                   "iteration": iteration, "phase": phase},
                                   iteration_transfers(graph, host_mbps, phase == "storage",
                                                       who),
                                   seed, (host_mbps, who))
                         for seed in seeds for iteration in range(mode.iterations)
                         for phase in PHASES)
-                runner.run(emu, runs, TransportSpec("tcp"), lanes_name, _row_of,
-                           deadline_s=60.0)
+                runner.run(emu, runs, TransportSpec("tcp"), f"{fabric}-{lanes_name}",
+                           _row_of, deadline_s=60.0)
         host_mbps = min(rates)
         return Measured(
-            {"topology": topo, "lanes": list(LANES), "ranks": RING_RANKS,
+            {"topology": topo, "fabrics": list(FABRICS), "lanes": list(LANES),
+             "ranks": RING_RANKS,
              "iterations": mode.iterations, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
              "ring_bytes": ring_bytes(host_mbps), "storage_bytes": storage_bytes(host_mbps),
              "read_rounds": READ_ROUNDS, "host_mbps": ctx.host_mbps or "auto",
@@ -355,15 +386,15 @@ class Isolation(Experiment):
         ``valid`` is true only when every iteration of the setting was valid.
         """
         table = []
-        for lanes in [l for l in LANES if any(r["lanes"] == l for r in rows)]:
-            mine = [r for r in rows if r["lanes"] == lanes]
+        for fabric, lanes in _settings(rows):
+            mine = [r for r in rows if _setting(r) == (fabric, lanes)]
             base = [r["collective_ms"] for r in mine
                     if r["phase"] == "baseline" and r["collective_ms"] is not None]
             loaded = [r for r in mine if r["phase"] == "storage"]
             times = [r["collective_ms"] for r in loaded if r["collective_ms"] is not None]
             slow = [r["collective_slowdown"] for r in loaded
                     if r["collective_slowdown"] is not None]
-            table.append({"lanes": lanes, "iterations": len(loaded),
+            table.append({"fabric": fabric, "lanes": lanes, "iterations": len(loaded),
                           "baseline_ms": round(statistics.median(base), 2) if base else None,
                           "collective_ms": mean_or_none(times, 2),
                           "collective_slowdown": mean_or_none(slow),
@@ -373,6 +404,10 @@ class Isolation(Experiment):
                                                 if times else None),
                           "storage_goodput_frac": mean_or_none([r["storage_goodput_frac"]
                                                          for r in loaded]),
+                          "paused_links": mean_or_none([r.get("paused_links")
+                                                        for r in loaded], 1),
+                          "ring_lane_pause_share": mean_or_none(
+                              [r.get("ring_lane_pause_share_max") for r in loaded], 3),
                           "valid": all(truthy(r["valid"]) for r in mine)})
         return table
 

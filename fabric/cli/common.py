@@ -14,12 +14,19 @@ from fabric.emulation.capture import DEFAULT_MAX_PACKETS as DEFAULT_PCAP_PACKETS
 from fabric.emulation.capture import MAX_PACKETS_LIMIT as MAX_PCAP_PACKETS
 from fabric.errors import UserError
 from fabric.model.flowcontrol import MODES, FlowControl
+from fabric.model.presets import PRESETS, Preset
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
 
 
 class UsageError(UserError, ValueError):
     """Options that are valid one by one but not together."""
+
+
+def spec_of(args: argparse.Namespace) -> str | None:
+    """The topology spec of ``fabric up/traffic``: the one given, or the preset's."""
+    preset = preset_of(args)
+    return args.spec or (preset.topology if preset else None)
 
 
 def build_graph(spec: str | None, option: str | None = None) -> Any:
@@ -55,8 +62,8 @@ def remote_controller(text: str) -> str:
 
 def add_emulation_args(parser: argparse.ArgumentParser) -> None:
     """The options of a bring-up: routing, lanes, rates, buffers, datapath, controller."""
-    parser.add_argument("--routing", default="ecmp", choices=POLICIES,
-                        help="routing policy (default: ecmp)")
+    parser.add_argument("--routing", default=None, choices=POLICIES,
+                        help="routing policy (default: the preset's, or ecmp)")
     lanes = parser.add_mutually_exclusive_group()
     lanes.add_argument("--isolation", action="store_true",
                        help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
@@ -90,24 +97,38 @@ def add_emulation_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_flow_control_arg(parser: argparse.ArgumentParser) -> None:
-    """``--flow-control none|pfc``."""
-    parser.add_argument("--flow-control", choices=MODES, default="none",
+    """``--flow-control none|pfc`` and ``--preset NAME``."""
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                        help="a seed system's fabric: its topology (when none is given), "
+                             "routing, lanes, flow control and congestion control")
+    parser.add_argument("--flow-control", choices=MODES, default=None,
                         help="link-level flow control: none (lossy Ethernet, the default) or "
                              "pfc (lossless lanes pause their upstream link instead of "
                              "dropping; a lane is lossless unless its --lanes entry says "
-                             "\"lossless\": false)")
+                             "\"lossless\": false; default: the preset's, or none)")
+
+
+def preset_of(args: argparse.Namespace) -> Preset | None:
+    """The preset ``--preset`` names (None: none)."""
+    name = getattr(args, "preset", None)
+    return PRESETS[name] if name else None
 
 
 def flow_control_of(args: argparse.Namespace) -> FlowControl | None:
-    """The flow control ``--flow-control`` asks for (None: lossy)."""
-    return FlowControl() if args.flow_control == "pfc" else None
+    """The flow control ``--flow-control`` (or else the preset) asks for; None: lossy."""
+    preset = preset_of(args)
+    mode = args.flow_control or ("pfc" if preset and preset.flow_control else "none")
+    return FlowControl() if mode == "pfc" else None
 
 
 def emulation_options(args: argparse.Namespace, **extra: Any) -> Any:
-    """The :class:`EmulationOptions` the bring-up options of ``args`` ask for."""
+    """The :class:`EmulationOptions` the bring-up options of ``args`` ask for (what they
+    leave out, from ``--preset``)."""
     from fabric.emulation import EmulationOptions
 
-    return EmulationOptions(policy=args.routing, host_mbps=args.host_mbps,
+    preset = preset_of(args)
+    return EmulationOptions(policy=args.routing or (preset.policy if preset else "ecmp"),
+                            host_mbps=args.host_mbps,
                             queue_pkts=args.queue_pkts, datapath=args.datapath,
                             controller_port=args.port, lanes=lanes_of(args),
                             tcp_cc=args.tcp_cc, controller_app=args.controller_app,
@@ -124,7 +145,10 @@ def lanes_of(args: argparse.Namespace) -> Any:
             return load_lane_config(args.lanes)
         except LaneConfigError as exc:
             raise UsageError(f"argument --lanes: {exc}") from None
-    return THREE_LANES if args.isolation else SINGLE_LANE
+    if args.isolation:
+        return THREE_LANES
+    preset = preset_of(args)
+    return preset.lanes if preset else SINGLE_LANE
 
 
 def controller_text(args: argparse.Namespace) -> str:
@@ -133,7 +157,8 @@ def controller_text(args: argparse.Namespace) -> str:
         return f"your app {args.controller_app}"
     if args.controller:
         return f"{args.controller.replace(':', ' ', 1)} (already running)"
-    return f"{args.routing} (built-in)"
+    preset = preset_of(args)
+    return f"{args.routing or (preset.policy if preset else 'ecmp')} (built-in)"
 
 
 def bring_up_text(report: Any) -> str:

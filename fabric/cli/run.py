@@ -14,7 +14,9 @@ from typing import Any
 
 from fabric import argtypes
 from fabric.cli.common import (UsageError, add_flow_control_arg, add_pcap_args, build_graph,
-                               check_pcap_args, flow_control_of)
+                               check_pcap_args, flow_control_of, preset_of)
+from fabric.model import graph as fg
+from fabric.model.flowcontrol import FlowControl, FlowControlError, mmu_bytes
 from fabric.traffic.model import TCP_SEGMENT_BYTES
 
 # --attempts: beyond this, repeating hides a machine too busy for the experiment
@@ -70,22 +72,44 @@ def run_context(args: argparse.Namespace) -> Any:
         build_graph(args.topo, "--topo")  # a bad spec fails here, before anything changes
     check_pcap_args(args)
     values = {o.dest: getattr(args, o.dest) for o in experiment.options}
+    preset = preset_of(args)
+    if preset and values.get("cc", "") is None:  # a roce experiment takes its cc
+        values["cc"] = preset.cc
     for option in experiment.options:
         needed = option.requires and option.requires.lstrip("-").replace("-", "_")
         if values[option.dest] is not None and needed and values.get(needed) is None:
             raise UsageError(f"argument {option.flag}: applies to {option.requires} only")
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps, tcp_cc=args.tcp_cc,
-                     flow_control=flow_control_of(args), values=values)
+                     flow_control=flow_control_of(args), preset=preset, values=values)
     if args.attempts is not None:
         ctx.attempts = args.attempts
     try:
         experiment.check(ctx)  # the experiment can run on this topology
     except ValueError as exc:
         raise UsageError(f"argument --topo: {exc}" if args.topo else str(exc)) from None
+    if ctx.flow_control:
+        _check_flow_control(ctx.flow_control, experiment.topologies(ctx))
     if args.pcap is not None:
         ctx.capture = _capture_spec(args, ctx, experiment.topologies(ctx))
     return ctx
+
+
+def _check_flow_control(fc: FlowControl, specs: list[str]) -> None:
+    """Flow control ``fc`` fits every fabric the run brings up: each switch's ports fit
+    the accounting and leave it a shared buffer (pure)."""
+    from fabric.emulation.flowcontrol import directed_links
+    from fabric.emulation.shaping import DEFAULT_FRAME_BYTES, DEFAULT_QUEUE_PKTS
+
+    for spec in specs:
+        graph = build_graph(spec, "--topo")
+        try:
+            directed_links(graph)
+            for switch in fg.switches(graph):
+                # one lossless lane, the fewest a lossless run has
+                mmu_bytes(fc, DEFAULT_FRAME_BYTES, graph.degree(switch), 1, DEFAULT_QUEUE_PKTS)
+        except FlowControlError as exc:
+            raise UsageError(f"argument --flow-control: on {spec}: {exc}") from None
 
 
 def _capture_spec(args: argparse.Namespace, ctx: Any, specs: list[str]) -> Any:
@@ -128,7 +152,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     pcap = ({"pcap": {"dir": str(args.pcap), "at": args.pcap_at or "first endpoint",
                       "packets_per_file": args.pcap_packets}} if ctx.capture else {})
     results.write_manifest(run_dir, args.name, {**outcome.parameters, "quick": args.quick,
-                                                "flow_control": args.flow_control,
+                                                "flow_control": ("pfc" if ctx.flow_control
+                                                                 else "none"),
+                                                "preset": args.preset,
                                                 "started": ctx.started,
                                                 "machine_speed": speed.as_dict(), **pcap},
                            outcome.seeds, outcome.fidelity)

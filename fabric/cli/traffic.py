@@ -13,7 +13,7 @@ from typing import Any
 from fabric import argtypes
 from fabric.cli.common import (UsageError, add_emulation_args, add_pcap_args, bring_up_text,
                                build_graph, check_pcap_args, controller_text, emulation_options,
-                               print_csv)
+                               preset_of, print_csv, spec_of)
 from fabric.emulation.traffic import MIN_RTO_ROUTE_FLOOR_MS
 from fabric.traffic.model import (CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ENTROPY, ROCE_MTUS,
                                   TransportSpec)
@@ -62,9 +62,10 @@ def _transport_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--entropy", choices=ENTROPY, default="flow",
                         help="roce: one UDP source port per flow, a new one per packet, or "
                              "per packet recycling the ports that did not queue (REPS)")
-    parser.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift",
+    parser.add_argument("--cc", choices=CONGESTION_CONTROLS, default=None,
                         help="roce: congestion control, delay-based swift, ECN-driven "
-                             "dcqcn or loss-based AIMD (default: swift)")
+                             "dcqcn, loss-based AIMD, or none (line rate; only a lossless "
+                             "fabric keeps it from dropping) (default: swift)")
     parser.add_argument("--roce-mtu", type=int, choices=ROCE_MTUS, default=None,
                         help=f"roce: payload bytes per packet, the RoCE path MTU (default: "
                              f"{DEFAULT_ROCE_MTU}; 1024 is the largest a 1500-byte "
@@ -79,7 +80,7 @@ def check_traffic_args(args: argparse.Namespace) -> None:
         raise UsageError("argument --entropy: applies to --transport roce only")
     if args.transport != "tcp" and args.connections != 1:
         raise UsageError("argument --connections: applies to --transport tcp only")
-    if args.transport != "roce" and args.cc != "swift":
+    if args.transport != "roce" and args.cc is not None:
         raise UsageError("argument --cc: applies to --transport roce only (TCP: --tcp-cc)")
     if args.transport != "roce" and args.roce_mtu is not None:
         raise UsageError("argument --roce-mtu: applies to --transport roce only "
@@ -93,15 +94,17 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     from fabric.traffic.patterns import PatternSpec, make_transfers
 
     check_traffic_args(args)
-    graph = build_graph(args.spec)
+    graph = build_graph(spec_of(args))
     spec = PatternSpec(args.pattern, size_bytes=args.size, ranks=args.ranks,
                        placement=args.placement, seed=args.seed, chunks=args.chunks,
                        channels=args.channels, clients=args.clients, servers=args.servers,
                        rounds=args.rounds, admission=args.admission)
     transfers, participants = make_transfers(graph, spec)
     points = _capture_points(graph, args, participants)
+    preset = preset_of(args)
     transport = TransportSpec(args.transport, connections=args.connections,
-                              entropy=args.entropy, cc=args.cc,
+                              entropy=args.entropy,
+                              cc=args.cc or (preset.cc if preset else "swift"),
                               mtu_payload=args.roce_mtu or DEFAULT_ROCE_MTU)
     options = emulation_options(args, packet_bytes=transport.packet_bytes)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from fabric.cli.common import (add_emulation_args, bring_up_text, build_graph, controller_text,
-                               emulation_options)
+                               emulation_options, spec_of)
 
 
 def add_parser(sub: Any) -> None:
@@ -24,7 +24,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from fabric.emulation import Emulation
     from fabric.emulation.reachability import check_all_pairs
 
-    graph = build_graph(args.spec)
+    graph = build_graph(spec_of(args))
     options = emulation_options(args)
     print(format_summary(summarize(graph)))
     with Emulation(graph, options) as emu:

@@ -47,6 +47,10 @@ MAX_LANES = 8
 MAX_LINKS = 2048
 MAX_SWITCHES = 256
 READY_TIMEOUT_S = 20.0
+# The daemon reacts to pause events at real-time priority (below the forwarding thread's,
+# on the agents' cores): behind the agents it reacted late by up to 28 packet times on a
+# 2-core machine, beyond any headroom; it sleeps in poll between events.
+DAEMON_RT_PRIORITY = 5
 LINK_STAT = struct.Struct("=QQQQ")   # struct link_stat: max_held, drops, drop_bytes, pauses
 GATE_STAT = struct.Struct("=QQQQQQQQ")
 
@@ -156,7 +160,7 @@ def daemon_config(graph: nx.Graph, host_pids: dict[str, int], link_mbps: dict[fr
                           for ep in fg.endpoints(graph) for nic in graph.nodes[ep]["nics"]],
             "lanes": [{"index": i, "parent": shaping.lane_class(i),
                        "handle": shaping.gate_handle(i)} for i in lossless],
-            "burst_bytes": shaping.MAX_FRAME_BYTES}
+            "burst_bytes": frame_bytes}
 
 
 def _mmu(graph: nx.Graph, sw: str, fc: FlowControl, frame_bytes: int, lossless: int,
@@ -167,9 +171,11 @@ def _mmu(graph: nx.Graph, sw: str, fc: FlowControl, frame_bytes: int, lossless: 
             "alpha_shift": mmu.alpha_shift}
 
 
-def start_daemon(config: dict[str, Any], workdir: Path) -> tuple[subprocess.Popen, dict]:
-    """Start the daemon on ``config`` and wait until it serves; return it and its
-    status (the ids of its maps).
+def start_daemon(config: dict[str, Any], workdir: Path, cpus: set[int] | None = None
+                 ) -> tuple[subprocess.Popen, dict, list[str]]:
+    """Start the daemon on ``config`` (at real-time priority, on ``cpus``: None,
+    anywhere) and wait until it serves; return it, its status (the ids of its maps)
+    and a fidelity warning when the priority could not be set.
 
     Raises
     ------
@@ -186,10 +192,11 @@ def start_daemon(config: dict[str, Any], workdir: Path) -> tuple[subprocess.Pope
                             start_new_session=True,
                             env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
     log.close()
+    warnings = _prioritize(proc.pid, cpus)
     end = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < end:
         if status_path.exists():
-            return proc, json.loads(status_path.read_text())
+            return proc, json.loads(status_path.read_text()), warnings
         if proc.poll() is not None:
             break
         time.sleep(0.05)
@@ -198,6 +205,18 @@ def start_daemon(config: dict[str, Any], workdir: Path) -> tuple[subprocess.Pope
     proc.wait()
     tail = (workdir / "pfc.log").read_text(errors="replace").strip().splitlines()[-5:]
     raise FlowControlSetupError(f"the flow-control daemon did not come up: {' | '.join(tail)}")
+
+
+def _prioritize(pid: int, cpus: set[int] | None) -> list[str]:
+    try:
+        os.sched_setscheduler(pid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                              os.sched_param(DAEMON_RT_PRIORITY))
+        if cpus:
+            os.sched_setaffinity(pid, cpus)
+    except OSError as exc:
+        return [f"the flow-control daemon could not get real-time priority ({exc.strerror}): "
+                f"its pauses may come late, beyond the headroom (lossless_drops says)"]
+    return []
 
 
 class Counters:
@@ -244,15 +263,18 @@ class Counters:
 
 
 def lane_drops(tc_stats: str, lanes: list[int]) -> dict[tuple[str, int], int]:
-    """(device, lane) -> packets dropped by the leaf of a lane in ``lanes``, from
-    ``tc -s qdisc show`` output (pure). A lane's leaf is qdisc ``(10 + lane):``."""
+    """(device, lane) -> packets the leaf and the gate of a lane in ``lanes`` dropped,
+    from ``tc -s qdisc show`` output (pure). A lane's leaf is qdisc ``(10 + lane):``,
+    its gate ``(0x20 + lane):`` (which drops a frame larger than its burst)."""
     handles = {f"{shaping.LEAF_HANDLE + lane:x}:": lane for lane in lanes}
-    out = {}
+    handles.update({f"{shaping.GATE_HANDLE + lane:x}:": lane for lane in lanes})
+    out: dict[tuple[str, int], int] = {}
     for block in re.split(r"(?m)^qdisc ", tc_stats):
-        head = re.match(r"pfifo_head_drop (\S+) dev (\S+)", block)
+        head = re.match(r"(?:pfifo_head_drop|tbf) (\S+) dev (\S+)", block)
         if head and head.group(1) in handles:
             dropped = re.search(r"dropped (\d+)", block)
-            out[(head.group(2), handles[head.group(1)])] = int(dropped.group(1)) if dropped else 0
+            key = (head.group(2), handles[head.group(1)])
+            out[key] = out.get(key, 0) + (int(dropped.group(1)) if dropped else 0)
     return out
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import networkx as nx
 
 from fabric.emulation.ecn import marker_line
-from fabric.emulation.shaping import LINK_MTU, shape_lines
+from fabric.emulation.shaping import LINK_MTU, MAX_FRAME_BYTES, shape_lines
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl, leaf_limits
 from fabric.model.lanes import LaneConfig
@@ -95,16 +95,18 @@ def _gated(graph: nx.Graph, node: str, queue_pkts: int, lanes: LaneConfig,
 
 def endpoint_tc_batch(graph: nx.Graph, endpoint: str, link_mbps: dict[frozenset, float],
                       queue_pkts: int, lanes: LaneConfig,
-                      flow_control: FlowControl | None = None) -> str:
+                      flow_control: FlowControl | None = None,
+                      frame_bytes: int = MAX_FRAME_BYTES) -> str:
     """``tc -batch`` lines for an endpoint: NIC egress, and ingress via its IFB (none
-    under flow control: the switch's port holds that queue)."""
+    under flow control: the switch's port holds that queue; its gates' burst is one
+    ``frame_bytes`` frame)."""
     lines = []
     gated = _gated(graph, endpoint, queue_pkts, lanes, flow_control)
     for nic in graph.nodes[endpoint]["nics"]:
         dev = fg.intf_name(endpoint, nic["port"])
         ifb = ifb_name(endpoint, nic["port"])
         mbps = link_mbps[frozenset((endpoint, _switch_at(graph, endpoint, nic["port"])))]
-        lines += shape_lines(dev, mbps, queue_pkts, lanes, gated)
+        lines += shape_lines(dev, mbps, queue_pkts, lanes, gated, frame_bytes)
         if flow_control:
             continue
         lines += [f"qdisc add dev {dev} handle ffff: ingress",
@@ -140,7 +142,8 @@ def _switch_at(graph: nx.Graph, endpoint: str, port: int) -> str:
 def switch_tc_batch(graph: nx.Graph, switch: str, link_mbps: dict[frozenset, float],
                     queue_pkts: int, lanes: LaneConfig,
                     markers: Mapping[float, Path] | None = None,
-                    flow_control: FlowControl | None = None) -> str:
+                    flow_control: FlowControl | None = None,
+                    frame_bytes: int = MAX_FRAME_BYTES) -> str:
     """``tc -batch`` lines for a switch's ports towards other switches (and, under
     flow control, towards endpoints, with gates on the lossless lanes).
 
@@ -155,7 +158,7 @@ def switch_tc_batch(graph: nx.Graph, switch: str, link_mbps: dict[frozenset, flo
             continue
         dev = fg.intf_name(switch, fg.port(graph, switch, nbr))
         mbps = link_mbps[frozenset((switch, nbr))]
-        lines += shape_lines(dev, mbps, queue_pkts, lanes, gated)
+        lines += shape_lines(dev, mbps, queue_pkts, lanes, gated, frame_bytes)
         if markers:
             lines.append(marker_line(dev, markers[mbps]))
     return "".join(line + "\n" for line in lines)

@@ -451,7 +451,7 @@ class Emulation:
             tc_file = self.workdir / f"{ep}.tc"
             ip_file.write_text(hostconfig.host_ip_batch(self.graph, ep))
             tc_file.write_text(hostconfig.endpoint_tc_batch(self.graph, ep, *shaping_args,
-                                                            flow_control=fc))
+                                                            fc, self._frame_bytes))
             devs = [fg.intf_name(ep, nic["port"]) for nic in self.graph.nodes[ep]["nics"]]
             procs.append((ep, self.host(ep).popen(
                 ["sh", "-ec", HOST_SETUP_SCRIPT, "sh", str(ip_file), str(tc_file),
@@ -459,7 +459,8 @@ class Emulation:
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         root_tc = self.workdir / "switches.tc"
         root_tc.write_text("".join(hostconfig.switch_tc_batch(self.graph, sw, *shaping_args,
-                                                              self._markers, fc)
+                                                              self._markers, fc,
+                                                              self._frame_bytes)
                                    for sw in fg.switches(self.graph)))
         system.run(["tc", "-batch", str(root_tc)], timeout=60)
         system.run(["sh", "-ec", SWITCH_PORTS_SCRIPT, "sh", str(shaping.LINK_MTU),
@@ -483,7 +484,9 @@ class Emulation:
             plan.link_mbps, self.options.flow_control, self.options.lanes,
             self.options.queue_pkts, self._frame_bytes, self._pfc_object,
             self.workdir / "pfc-events.csv")
-        self._pfc, status = flowcontrol.start_daemon(config, self.workdir)
+        self._pfc, status, warnings = flowcontrol.start_daemon(
+            config, self.workdir, ovs.agent_cpus(self.report.datapath))
+        self.report.warnings += warnings
         self.state.add_process(self._pfc.pid, expect="pfc_daemon")
         self.pfc_counters = flowcontrol.Counters(status, len(config["links"]))
 

@@ -133,8 +133,12 @@ class Daemon:
         try:
             self._apply(link, lane, verdict, ns, held)
         except (GateError, OSError) as exc:
-            self.errors += 1
-            self._log(ns, link, lane, f"error: {exc}".replace(",", ";"), held, None)
+            self._refused(ns, link, lane, exc, held)
+
+    def _refused(self, ns: int, link: int, lane: int, exc: Exception, held: int | None
+                 ) -> None:
+        self.errors += 1
+        self._log(ns, link, lane, f"error: {exc}".replace(",", ";"), held, None)
 
     def _apply(self, link: int, lane: int, verdict: int, ns: int, held: int) -> None:
         state = self.gates.get((link, lane))
@@ -145,6 +149,7 @@ class Daemon:
             if now < state.holdoff_until or state.closed_since is not None:
                 state.stat[4] += 1  # ignored: the watchdog holds it open, or already shut
                 self._log(ns, link, lane, "ignored", held, None)
+                self._store(link, lane, state)
                 return
             state.sock.send(state.gate.message(closed=True))
             state.closed_since = time.monotonic_ns()
@@ -178,7 +183,12 @@ class Daemon:
             if state.closed_since is None:
                 continue
             if now - state.closed_since >= state.watchdog_ns:
-                self._open(state)
+                try:
+                    self._open(state)
+                except (GateError, OSError) as exc:
+                    # still closed: the next round tries again
+                    self._refused(now, link, lane, exc, None)
+                    continue
                 state.holdoff_until = now + state.watchdog_ns
                 state.stat[3] += 1
                 self._log(now, link, lane, "watchdog", None, None)
@@ -214,8 +224,8 @@ class Daemon:
             if state.closed_since is not None:
                 try:
                     self._open(state)
-                except OSError:
-                    pass  # the device is gone: teardown came first
+                except (GateError, OSError):
+                    pass  # the device is gone (teardown came first): netlink refuses
         for sock, kick in self.sockets.values():
             sock.close()
             kick.close()

@@ -27,9 +27,9 @@ LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
 GATE_HANDLE = 0x20   # lane i's gate is qdisc (0x20 + i):, its leaf (10 + i):
 LEAF_HANDLE = 10
 # An open gate's rate, as a multiple of the link's: far above it, so that only the HTB
-# class shapes. Its burst is one largest frame: a closing gate lets out at most that
-# much more (plus the frame it is sending), and a frame larger than the burst would be
-# dropped.
+# class shapes. Its burst is one full-size frame of the workload: a closing gate (whose
+# tokens a change refills) lets out at most that much more, plus the frame being sent;
+# a larger frame would be dropped at the gate (counted as a drop of its lossless lane).
 GATE_OPEN_FACTOR = 10
 # Every emulated link carries jumbo frames (RoCE's 4096-byte path MTU needs more than
 # 1500); TCP keeps a 1500-byte MTU's segments by the hosts' routes (hostconfig).
@@ -63,8 +63,8 @@ def gate_open_bytes_per_s(rate_mbps: float) -> int:
 
 
 def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS,
-                lanes: LaneConfig = SINGLE_LANE, gated: dict[int, int] | None = None
-                ) -> list[str]:
+                lanes: LaneConfig = SINGLE_LANE, gated: dict[int, int] | None = None,
+                gate_burst: int = MAX_FRAME_BYTES) -> list[str]:
     """Return ``tc -batch`` lines that shape ``dev``'s egress.
 
     Parameters
@@ -82,6 +82,8 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
     gated : dict, optional
         Lane index -> leaf packets of the lanes that get a gate (lossless lanes
         under flow control); their leaves take that size instead of ``queue_pkts``.
+    gate_burst : int
+        A gate's burst, bytes: the workload's full-size frame.
     """
     if queue_pkts < 1:
         raise ValueError(f"queue must hold at least one packet, got {queue_pkts}")
@@ -101,8 +103,8 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
         if gated and i in gated:
             gate = f"{GATE_HANDLE + i:x}:"
             lines.append(f"qdisc add dev {dev} parent {leaf_parent} handle {gate} tbf "
-                         f"rate {gate_open_bytes_per_s(rate_mbps)}bps burst {MAX_FRAME_BYTES} "
-                         f"limit {MAX_FRAME_BYTES}")
+                         f"rate {gate_open_bytes_per_s(rate_mbps)}bps burst {gate_burst} "
+                         f"limit {gate_burst}")
             leaf_parent = f"{gate}1"
         lines.append(f"qdisc add dev {dev} parent {leaf_parent} handle {LEAF_HANDLE + i:x}: "
                      f"pfifo_head_drop limit {gated[i] if gated and i in gated else queue_pkts}")

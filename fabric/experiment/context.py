@@ -12,6 +12,7 @@ from fabric.emulation.capture import DEFAULT_MAX_PACKETS, capture_points
 from fabric.experiment.options import CC, ROCE_MTU, Option
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
+from fabric.model.presets import Preset
 from fabric.traffic.model import TransportSpec
 
 DEFAULT_ATTEMPTS = 3  # tries of a run the machine's load invalidated (``--attempts``)
@@ -55,6 +56,7 @@ class RunContext:
     host_mbps: float | None = None
     tcp_cc: str = "cubic"    # the emulated hosts' TCP congestion control
     flow_control: FlowControl | None = None  # link-level flow control (PFC); None: lossy
+    preset: Preset | None = None  # a seed system: lanes and routing of bring-ups that set none
     values: Mapping[str, Any] = field(default_factory=dict)
     capture: CaptureSpec | None = None  # --pcap: captures of every run
     attempts: int = DEFAULT_ATTEMPTS
@@ -66,10 +68,12 @@ class RunContext:
         return option.default if value is None else value
 
     def options(self, **kwargs: Any) -> EmulationOptions:
-        """Emulation options of a bring-up, with this run's TCP congestion control and
-        flow control (``kwargs`` may set another)."""
+        """Emulation options of a bring-up, with this run's TCP congestion control, flow
+        control and the preset's lanes and routing (``kwargs`` set their own)."""
+        preset = ({"lanes": self.preset.lanes, "policy": self.preset.policy}
+                  if self.preset else {})
         return EmulationOptions(**{"tcp_cc": self.tcp_cc, "flow_control": self.flow_control,
-                                   **kwargs})
+                                   **preset, **kwargs})
 
     def roce(self, **kwargs: Any) -> TransportSpec:
         """The roce transport with this run's path MTU and congestion control

@@ -49,3 +49,20 @@ def mean_or_none(values: list[Any], digits: int = 4) -> float | None:
     """Rounded mean of the values that are not None (None if there are none)."""
     values = [v for v in values if v is not None]
     return round(statistics.fmean(values), digits) if values else None
+
+
+def pause_summary(result: TrafficResult, lanes: tuple[int, ...] | None = None
+                  ) -> dict[str, Any]:
+    """How far a run's pauses reached (runs.csv fields; None without flow control):
+    ``paused_links`` link directions that paused at least once, ``pause_share_max`` the
+    largest share of the run one of them was paused, ``host_links_paused`` those that
+    stop a sender's NIC. ``lanes`` keeps only those lanes' pauses."""
+    if not any(c.name == "lossless_drops" for c in result.fidelity):  # lossy
+        return {"paused_links": None, "pause_share_max": None, "host_links_paused": None}
+    rows = [r for r in result.flow_control
+            if r["pauses"] and (lanes is None or r["lane"] in lanes)]
+    links = {r["link"] for r in rows}
+    return {"paused_links": len(links),
+            "pause_share_max": max((r["pause_share"] or 0.0 for r in rows), default=0.0),
+            "host_links_paused": sum(1 for link in links
+                                     if link.split(">")[0] in result.plan.hosts)}

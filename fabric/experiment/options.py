@@ -47,7 +47,8 @@ class Option:
 
 CC = Option("--cc", default="swift", choices=CONGESTION_CONTROLS,
             help="congestion control of the roce transport: delay-based swift, ECN-driven "
-                 "dcqcn or loss-based AIMD (default: swift)")
+                 "dcqcn, loss-based AIMD, or none (line rate; only a lossless fabric keeps it "
+                 "from dropping) (default: swift)")
 ROCE_MTU = Option("--roce-mtu", default=DEFAULT_ROCE_MTU, type=int, choices=ROCE_MTUS,
                   help=f"payload bytes per roce packet, the RoCE path MTU (default: "
                        f"{DEFAULT_ROCE_MTU}; 1024 is the largest a 1500-byte Ethernet MTU "

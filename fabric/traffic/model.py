@@ -29,7 +29,9 @@ SPRAYING = ("packet", "recycle")  # entropies that vary the source port per pack
 # Source ports of a spraying sender: many values even out the switches' hash (64 split one
 # flow 17-31 % over 4 paths).
 SPRAY_ENTROPY_PORTS = 256
-CONGESTION_CONTROLS = ("swift", "dcqcn", "loss")  # of the roce transport (fabric.agent.roce.cc)
+# of the roce transport (fabric.agent.roce.cc); "none" is an RDMA NIC with its congestion
+# control off, which only a lossless fabric (link-level flow control) keeps from dropping
+CONGESTION_CONTROLS = ("swift", "dcqcn", "loss", "none")
 TCP_DATA_PORT = 7100
 ROCE_PORT = 4791
 SOURCE_PORTS = range(10000, 32768)  # below Linux's ephemeral range (32768-60999)

@@ -54,9 +54,10 @@ def test_a_15_to_1_incast_on_a_lossless_lane_drops_nothing_and_pauses_the_sender
 
 
 def _pings(host, dst: str, tos: int, count: int = 3) -> int:
-    """How many of ``count`` 8000-byte pings in service class ``tos`` were answered: a
-    closed gate still lets out its burst, one largest frame, so the pings are large."""
-    out = host.cmd(f"ping -c {count} -i 0.3 -W 1 -s 8000 -Q {tos} {dst}")
+    """How many of ``count`` 1400-byte pings in service class ``tos`` were answered: a
+    closed gate still lets out its burst, one full-size frame of the workload (1514
+    bytes), so the pings are nearly that large."""
+    out = host.cmd(f"ping -c {count} -i 0.3 -W 1 -s 1400 -Q {tos} {dst}")
     found = re.search(r"(\d+) received", out)
     return int(found.group(1)) if found else 0
 
@@ -71,7 +72,8 @@ def test_a_paused_lane_stops_only_that_lane_and_resumes(tmp_path: Path) -> None:
         ifindex = int(emu.host(src).cmd(f"cat /sys/class/net/{dev}/ifindex").split()[-1])
         mbps = emu.report.rate_plan.host_mbps
         gate = Gate(ifindex, shaping.lane_class(0), shaping.gate_handle(0),
-                    shaping.gate_open_bytes_per_s(mbps), shaping.MAX_FRAME_BYTES, 1024)
+                    shaping.gate_open_bytes_per_s(mbps),
+                    emu.options.packet_bytes + shaping.ETHERNET_HEADER_BYTES, 1024)
         collective, storage = DSCP_COLLECTIVE << 2, DSCP_STORAGE << 2
         host = emu.host(src)
         assert _pings(host, ip, collective) == _pings(host, ip, storage) == 3

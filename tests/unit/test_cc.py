@@ -194,3 +194,12 @@ def test_send_qp_with_dcqcn_paces_every_packet_and_catches_up_one_gap():
     assert qp.next_send_at == pytest.approx(11 * wire)
     qp.on_cnp(10 * wire)
     assert qp.cnps_received == 1 and qp.control.rate == pytest.approx(LINE / 2)
+
+
+def test_no_congestion_control_keeps_the_outstanding_limit():
+    from fabric.agent.roce.cc import NoControl, make_control
+
+    control = make_control("none", packet_time=0.005, max_cwnd=64)
+    assert isinstance(control, NoControl)
+    assert control.initial_window(16) == 64
+    assert control.on_ack(10, 5, 0.02, 1.0, 0.01) == 64 and control.on_loss(64) == 64

@@ -77,6 +77,7 @@ CASES = [
     (["up", "--cli=yes"], "--cli"),
     (["up", "--tcp-cc", "nosuch"], "nosuch"),
     (["up", "--tcp-cc", "Bad!"], "--tcp-cc"),
+    (["up", "--flow-control", "lossless"], "--flow-control"),
     # traffic
     (["traffic", "--size", "0"], "--size"),
     (["traffic", "--size", "-1"], "--size"),
@@ -120,6 +121,7 @@ CASES = [
     (["traffic", "--pcap", "{d}/full"], "--pcap"),
     (["traffic", "--queue-pkts", "0"], "--queue-pkts"),
     (["traffic", "fat-tree,k=5"], "k must be even"),
+    (["traffic", "--flow-control", "pause"], "--flow-control"),
     # run
     (["run", "collisions", "--seeds", "0", "--out", "{d}/out"], "--seeds"),
     (["run", "collisions", "--attempts", "0", "--out", "{d}/out"], "--attempts"),
@@ -160,6 +162,11 @@ CASES = [
     (["run", "isolation", "--topo", "leaf-spine,leaves=1,hosts_per_leaf=2", "--out", "{d}/out"],
      "--topo"),
     (["run", "incast", "--topo", "rail-clos,servers=2", "--out", "{d}/out"], "--topo"),
+    (["run", "incast", "--flow-control", "lossless", "--out", "{d}/out"], "--flow-control"),
+    # a 41-port leaf: more ports than the flow-control accounting holds
+    (["run", "collisions", "--flow-control", "pfc", "--topo",
+      "leaf-spine,leaves=2,spines=1,hosts_per_leaf=40", "--out", "{d}/out"],
+     "--flow-control: on leaf-spine,leaves=2,spines=1,hosts_per_leaf=40"),
     # plot
     (["plot", "/nonexistent"], "dir"),
     (["plot", "{d}/nosummary"], "summary.json"),

@@ -91,14 +91,23 @@ def test_incast_schedule_fits_16_senders_on_the_default_fabric():
 
 def test_incast_grids_and_quick_budget():
     quick = incast.run_configs(incast.QUICK, [0])
-    assert len(quick) == 16 and {c.buffer_pkts for c in quick} == {32}
-    assert {c.rto_min_ms for c in quick} == {200, 10}
-    assert {c.admission for c in quick} == {None, 4}
-    # grouped by buffer, so one bring-up per buffer size
+    lossy = [c for c in quick if c.fabric == "lossy" and c.senders]
+    assert len(lossy) == 16 and {c.buffer_pkts for c in quick} == {32}
+    assert {c.rto_min_ms for c in lossy} == {200, 10}
+    assert {c.admission for c in lossy} == {None, 4}
+    lossless = [(c.lanes, c.senders, c.admission) for c in quick if c.fabric == "lossless"]
+    # the victim alone first, then fan-ins with and without admission; its own lane once
+    assert lossless == [("shared", 0, None), ("shared", 4, None), ("shared", 16, None),
+                        ("shared", 4, 4), ("shared", 16, 4), ("separate", 0, None),
+                        ("separate", 16, None)]
+    assert len(quick) == 24
+    # grouped by bring-up (fabric, lanes, buffer), each starting with the victim alone
     full = incast.run_configs(incast.FULL, [0, 1, 2])
-    assert len(full) == 6 * 3 * 2 * 2 * 3
-    buffers = [c.buffer_pkts for c in full]
-    assert buffers == sorted(buffers, key=incast.FULL.buffers.index)
+    bring_ups = list(dict.fromkeys(c.bring_up for c in full))
+    assert [c.bring_up for c in full] == sorted((c.bring_up for c in full),
+                                                key=bring_ups.index)
+    assert len(bring_ups) == 3 + 2
+    assert len(full) == 3 * (3 + 6 * 2 * 2 * 3) + (3 + 4 * 2 * 3) + (3 + 3)
     host_mbps = incast.host_rate(None)
     estimate = incast.estimate_s(quick, host_mbps, incast.QUICK.rounds)
     assert estimate < incast.QUICK_BUDGET_S
@@ -121,7 +130,7 @@ def _incast_run(senders=4, fail=(), errors=()):
     cfg = incast.RunConfig(senders, 32, 200, None, 0)
     check = completion_check(result)
     report = {"valid": check.ok, "checks": []}
-    return incast.measure(cfg, spec, result, client, servers, 5.5, report), check
+    return incast.measure(cfg, spec, result, client, servers, 5.5, report, graph), check
 
 
 def test_incast_measure_reports_rounds_counters_and_drops():
@@ -178,7 +187,8 @@ def test_incast_table_averages_seeds_and_keeps_failures_visible():
                                       r["senders"]) == (32, 200, 0, 16))
     assert other["goodput_frac"] == pytest.approx(0.305) and other["valid"] is True
     assert other["round_p99_ms"] == pytest.approx(200.5) and other["timeouts"] == 3
-    assert list(first)[:4] == ["senders", "buffer_pkts", "rto_min_ms", "admission"]
+    assert list(first)[:6] == ["fabric", "lanes", "senders", "buffer_pkts", "rto_min_ms",
+                               "admission"]
 
 
 def _fake_incast_dir(run_dir: Path, valid: bool) -> None:
@@ -260,9 +270,10 @@ def test_isolation_quick_budget():
     host_mbps = capacity.auto_host_mbps(graph, "user")
     estimate = isolation.estimate_s(isolation.QUICK, isolation.QUICK.seeds, host_mbps)
     assert estimate < isolation.QUICK_BUDGET_S
-    runs = len(isolation.LANES) * isolation.run_count(isolation.QUICK, isolation.QUICK.seeds)
-    assert runs == 12
-    assert estimate > len(isolation.LANES) * isolation.BRINGUP_S + runs * isolation.RUN_OVERHEAD_S
+    bring_ups = len(isolation.FABRICS) * len(isolation.LANES)
+    runs = bring_ups * isolation.run_count(isolation.QUICK, isolation.QUICK.seeds)
+    assert runs == 16
+    assert estimate > bring_ups * isolation.BRINGUP_S + runs * isolation.RUN_OVERHEAD_S
 
 
 def test_isolation_measure_splits_classes_and_catches_failures():
@@ -391,19 +402,26 @@ def test_incast_quick_run_writes_everything_and_sets_the_rto_every_run(tmp_path,
 
     rto_calls = _fake_fabric(monkeypatch, incast)
     outcome = incast.EXPERIMENT.run(RunContext(tmp_path, quick=True))
-    assert [o.queue_pkts for o in _FakeEmulation.made] == [32]
+    made = _FakeEmulation.made
+    assert [o.queue_pkts for o in made] == [32] * 3
+    assert [o.flow_control is not None for o in made] == [False, True, True]
+    assert [len(o.lanes.lanes) for o in made] == [1, 1, 3]
     runs = results.read_csv(tmp_path / "runs.csv")
-    assert len(runs) == 16 and all(r["valid"] == "True" for r in runs)
-    assert len(results.read_csv(tmp_path / "rounds.csv")) == 16 * incast.QUICK.rounds
-    # every run sets the RTO on all 20 endpoints; 200 is set back explicitly at the end
-    assert len(rto_calls) == 17 and {n for n, _ in rto_calls} == {20}
-    assert [ms for _, ms in rto_calls] == [200] * 8 + [10] * 8 + [200]
-    assert outcome.fidelity["valid"] and len(outcome.table) == 16
+    assert len(runs) == 24 and all(r["valid"] == "True" for r in runs)
+    assert all(len(r["victim_fct_s"].split("/")) == incast.VICTIMS for r in runs)
+    assert all(r["victim_slowdown"] for r in runs)  # each against its bring-up's alone
+    assert len(results.read_csv(tmp_path / "rounds.csv")) == 21 * incast.QUICK.rounds
+    # every run sets the RTO on all 25 endpoints; 200 is set back explicitly at the end
+    # of every bring-up; the victim alone goes first
+    assert len(rto_calls) == 27 and {n for n, _ in rto_calls} == {25}
+    assert [ms for _, ms in rto_calls] == ([200] * 9 + [10] * 8 + [200] + [200] * 6
+                                           + [200] * 3)
+    assert outcome.fidelity["valid"] and len(outcome.table) == 21
     assert outcome.parameters["estimated_s"] < incast.QUICK_BUDGET_S
     assert "anchor" in format_table("incast", outcome)
     summary = results.read_json(tmp_path / "summary.json")
     assert summary["valid"] and summary["question"] and summary["anchors"]
-    assert len(incast.EXPERIMENT.plot(tmp_path)) == 6
+    assert len(incast.EXPERIMENT.plot(tmp_path)) == 10
 
 
 def test_incast_run_with_a_failed_transfer_is_invalid(tmp_path, monkeypatch):
@@ -413,9 +431,9 @@ def test_incast_run_with_a_failed_transfer_is_invalid(tmp_path, monkeypatch):
     outcome = incast.EXPERIMENT.run(RunContext(tmp_path, quick=True))
     assert not outcome.fidelity["valid"]
     assert not results.read_json(tmp_path / "summary.json")["valid"]
-    runs = results.read_csv(tmp_path / "runs.csv")
-    assert all(r["goodput_frac"] == "" and r["valid"] == "False" for r in runs)
-    assert len(incast.EXPERIMENT.plot(tmp_path)) == 6
+    runs = [r for r in results.read_csv(tmp_path / "runs.csv") if r["senders"] != "0"]
+    assert runs and all(r["goodput_frac"] == "" and r["valid"] == "False" for r in runs)
+    assert len(incast.EXPERIMENT.plot(tmp_path)) == 10
 
 
 def test_isolation_quick_run_writes_everything(tmp_path, monkeypatch):
@@ -424,11 +442,15 @@ def test_isolation_quick_run_writes_everything(tmp_path, monkeypatch):
 
     _fake_fabric(monkeypatch, isolation)
     outcome = isolation.EXPERIMENT.run(RunContext(tmp_path, quick=True, host_mbps=7.5))
-    assert [o.lanes for o in _FakeEmulation.made] == [SINGLE_LANE, THREE_LANES]
+    made = _FakeEmulation.made
+    assert [o.lanes for o in made] == [SINGLE_LANE, THREE_LANES] * 2
+    assert [o.flow_control is not None for o in made] == [False, False, True, True]
     runs = results.read_csv(tmp_path / "runs.csv")
-    assert len(runs) == 12 and {r["phase"] for r in runs} == {"baseline", "storage"}
+    assert len(runs) == 16 and {r["phase"] for r in runs} == {"baseline", "storage"}
     assert all(r["collective_slowdown"] for r in runs)
-    assert [r["lanes"] for r in outcome.table] == ["shared", "separate"]
+    assert [(r["fabric"], r["lanes"]) for r in outcome.table] == [
+        ("lossy", "shared"), ("lossy", "separate"), ("lossless", "shared"),
+        ("lossless", "separate")]
     assert outcome.fidelity["valid"]
     assert outcome.parameters["estimated_s"] < isolation.QUICK_BUDGET_S
     assert len(isolation.EXPERIMENT.plot(tmp_path)) == 4

@@ -38,6 +38,11 @@ per-RTT gate of loss cuts and their undo stay with the queue pair
     ``Rt`` also grows by ``ai`` (additive increase), once both did, by ``hai``
     times how far past (hyper increase). There is no window: loss is repaired
     by retransmission and does not cut the rate (a RoCE fabric relies on PFC).
+``none``
+    No congestion control, as an RDMA NIC with DCQCN turned off: the queue pair
+    sends at line rate (its NIC's pacer) up to its outstanding limit and never
+    cuts; loss is repaired by retransmission. Only link-level flow control keeps
+    it from overflowing queues.
 """
 
 from __future__ import annotations
@@ -295,7 +300,29 @@ class DcqcnControl:
         return cwnd
 
 
-Control = LossControl | SwiftControl | DcqcnControl
+class NoControl:
+    """No congestion control: the window is the queue pair's outstanding limit."""
+
+    name = "none"
+
+    def __init__(self, max_cwnd: float) -> None:
+        self.max_cwnd = max_cwnd
+
+    def initial_window(self, default: float) -> float:
+        """Line rate from the start: the whole outstanding limit."""
+        return self.max_cwnd
+
+    def on_ack(self, cwnd: float, newly: int, delay: float | None, now: float,
+               rtt: float) -> float:
+        """Nothing moves the window."""
+        return self.max_cwnd
+
+    def on_loss(self, cwnd: float) -> float:
+        """Nor does loss."""
+        return cwnd
+
+
+Control = LossControl | SwiftControl | DcqcnControl | NoControl
 
 
 def make_control(algorithm: str, packet_time: float, max_cwnd: float, hops: int = 0,
@@ -309,4 +336,6 @@ def make_control(algorithm: str, packet_time: float, max_cwnd: float, hops: int 
         return LossControl(max_cwnd)
     if algorithm == "dcqcn":
         return DcqcnControl(packet_time, line_rate, max_cwnd, now)
+    if algorithm == "none":
+        return NoControl(max_cwnd)
     raise ValueError(f"congestion control must be one of {ALGORITHMS}, got {algorithm!r}")
