@@ -145,6 +145,7 @@ def daemon_config(graph: nx.Graph, host_pids: dict[str, int], link_mbps: dict[fr
             "id": ident, "name": f"{link.src}>{link.dst}", "sw": index[link.dst],
             "port": link.port_index,
             "watchdog_ns": int(watchdog_packets(fc, gbps, frame_bytes) * packet_ns),
+            "reaction_ns": int(fc.reaction_pkts * packet_ns),
             "upstream": {"pid": host_pids.get(link.src),
                          "dev": fg.intf_name(link.src, fg.port(graph, link.src, link.dst)),
                          "open_bytes_per_s": shaping.gate_open_bytes_per_s(mbps),

@@ -490,6 +490,10 @@ class Emulation:
         self.state.add_process(self._pfc.pid, expect="pfc_daemon")
         self.pfc_counters = flowcontrol.Counters(status, len(config["links"]))
 
+    def flow_control_pid(self) -> int | None:
+        """The flow-control daemon's process id (None without flow control)."""
+        return self._pfc.pid if self._pfc is not None else None
+
     def flow_control_running(self) -> bool:
         """True while the flow-control daemon serves (false without flow control)."""
         return self._pfc is not None and self._pfc.poll() is None

@@ -51,6 +51,7 @@ class GateState:
     kick: socket.socket
     dev: str
     watchdog_ns: int
+    reaction_ns: int = 0  # the modelled reaction: a change waits this long after its event
     closed_since: int | None = None
     holdoff_until: int = 0
     stat: list[int] = field(default_factory=lambda: [0] * 8)
@@ -121,7 +122,7 @@ class Daemon:
                 gate = Gate(ifindex, lane["parent"], lane["handle"], up["open_bytes_per_s"],
                             self.config["burst_bytes"], up["leaf_limits"][str(lane["index"])])
                 self.gates[(link["id"], lane["index"])] = GateState(
-                    gate, sock, kick, up["dev"], link["watchdog_ns"])
+                    gate, sock, kick, up["dev"], link["watchdog_ns"], link["reaction_ns"])
 
     # --- serving events -------------------------------------------------------------
 
@@ -130,6 +131,11 @@ class Daemon:
         kernel refuses is logged and the daemon goes on (the run's checks see the
         consequences: a lossless lane that drops)."""
         link, lane, verdict, _, ns, held = EVENT.unpack_from(record)
+        state = self.gates.get((link, lane))
+        if state is not None:  # events come in time order: each waits for its own moment
+            wait = ns + state.reaction_ns - time.monotonic_ns()
+            if wait > 0:
+                time.sleep(wait / 1e9)
         try:
             self._apply(link, lane, verdict, ns, held)
         except (GateError, OSError) as exc:

@@ -14,10 +14,15 @@ alpha 1/8, headroom three times a link's rate x delay.
 Sizes are in packet times at the link rate (a full-size frame each), like every
 other timer of the emulation: the emulated links run ~10^5 times slower than
 the modelled ones, and a threshold in bytes of the real fabric would not scale.
-The headroom must cover what arrives after the threshold is crossed: what the
-sender had already let out (its gate's burst: at most two frames), the frame on
-the wire and the reaction of the pause (about one packet time here, measured by
-``benchmarks/pfc.py``; a real switch's ~1 us is a few packet times at 400 Gbit/s).
+A pause (and a resume) takes effect ``reaction`` packet times after the packet
+that asked for it: a real switch reacts in ~1 us, a few packet times at 400 Gbit/s
+(8 of 1500-byte frames at 100 Gbit/s, 12 of 4 KB frames at 400). The emulation's
+own latency, from that packet to the sender's gate, is far below (0.03 packet times
+at the median, 0.35 at most at 12 Mbit/s, ``benchmarks/pfc.py``), so the reaction is
+modelled: the daemon waits out the rest. The headroom must cover what arrives
+after the threshold is crossed: what the link carries during the reaction, what
+the sender had already let out (its gate's burst: at most two frames) and the
+frame on the wire.
 
 A pause that lasts longer than the watchdog is broken (RDMA NICs and switches
 stop honouring a storm of pauses after 100 ms): the lane is released and, for
@@ -36,6 +41,7 @@ from fabric.model import graph as fg
 from fabric.model.lanes import LaneConfig
 
 MODES = ("none", "pfc")
+IN_FLIGHT_FRAMES = 3  # a closing gate's burst (two frames) and the frame on the wire
 
 
 class FlowControlError(UserError, ValueError):
@@ -49,18 +55,21 @@ class FlowControl:
     buffer_pkts_per_port: float | None = None  # None: the lossy egress queue's size
     reserve_pkts: float = 1.0
     headroom_pkts: float = 8.0
+    reaction_pkts: float = 3.0  # from the packet over Xoff to the sender's pause
     resume_pkts: float = 1.0
     alpha_shift: int = 3
     watchdog_ms: float = 100.0  # in the modelled fabric's time
 
     def __post_init__(self) -> None:
-        for name in ("reserve_pkts", "headroom_pkts", "resume_pkts"):
+        for name in ("reserve_pkts", "headroom_pkts", "resume_pkts", "reaction_pkts"):
             if not getattr(self, name) >= 0:
                 raise FlowControlError(f"flow control: {name} must be >= 0, "
                                        f"got {getattr(self, name)}")
-        if self.headroom_pkts < 2:
-            raise FlowControlError(f"flow control: headroom_pkts must cover the two frames "
-                                   f"a closing gate still lets out, got {self.headroom_pkts}")
+        if self.headroom_pkts < self.reaction_pkts + IN_FLIGHT_FRAMES:
+            raise FlowControlError(
+                f"flow control: headroom_pkts must cover the reaction ({self.reaction_pkts:g}"
+                f" packets) and the {IN_FLIGHT_FRAMES} frames a closing gate still lets out or"
+                f" has on the wire, got {self.headroom_pkts:g}")
         if not 0 <= self.alpha_shift <= 10:
             raise FlowControlError(f"flow control: alpha_shift must be 0..10, "
                                    f"got {self.alpha_shift}")

@@ -17,7 +17,9 @@ from fabric.model.lanes import THREE_LANES, LaneConfigError, lane_config_from_di
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"headroom_pkts": 1}, "two frames"), ({"reserve_pkts": -1}, "reserve_pkts"),
+    ({"headroom_pkts": 1}, "the reaction"), ({"reserve_pkts": -1}, "reserve_pkts"),
+    ({"headroom_pkts": 8, "reaction_pkts": 6}, r"reaction \(6 packets\) and the 3 frames"),
+    ({"reaction_pkts": -1}, "reaction_pkts"),
     ({"alpha_shift": 11}, "alpha_shift"), ({"buffer_pkts_per_port": 0}, "buffer_pkts"),
     ({"watchdog_ms": 0}, "watchdog_ms")])
 def test_settings_that_cannot_work_are_refused(kwargs, message):
@@ -68,6 +70,9 @@ def test_every_link_into_a_switch_gets_an_id_and_its_sender_a_gate():
     assert config["dscp_lane"][10] == 1 and config["dscp_lane"][0] == 2
     assert [lane["handle"] >> 16 for lane in config["lanes"]] == [0x20, 0x21, 0x22]
     assert {s["index"] for s in config["switches"]} == {0, 1, 2, 3}
+    # the reaction: 3 packet times of 4154 bytes at 6 Mbit/s
+    assert [link["reaction_ns"] / 1e6 for link in config["links"]] == pytest.approx(
+        [3 * 4154 * 8 / 6e6 * 1e3] * 12, abs=1e-6)
 
 
 def test_a_switch_with_too_many_ports_is_refused():

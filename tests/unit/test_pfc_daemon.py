@@ -31,9 +31,14 @@ class Clock:
 
     def __init__(self, now: int) -> None:
         self.now = now
+        self.slept: list[float] = []
 
     def monotonic_ns(self) -> int:
         return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += round(seconds * 1e9)
 
 
 class FakeGateSocket:
@@ -141,6 +146,25 @@ def test_a_pause_closes_the_gate_and_records_the_reaction(daemon, clock, stored)
                                     tuple(expected))
     assert _lines(daemon) == [f"{START_NS - 400_000},{LINK},{LANE},pause,{HELD},400000"]
     assert _state(daemon, OTHER_LINK).sock.sent == []
+
+
+def test_a_pause_and_a_resume_wait_out_the_modelled_reaction(daemon, clock, stored):
+    state = _state(daemon)
+    state.reaction_ns = 3_000_000
+    raised = clock.now - 1_000_000  # the daemon sees it 1 ms late: 2 ms still to wait
+    daemon.handle(_event(PAUSE, raised))
+    assert clock.slept == [pytest.approx(0.002)]
+    assert state.closed_since == raised + 3_000_000
+    assert state.stat[REACTION_MAX] == 3_000_000
+    clock.now += 10_000_000
+    daemon.handle(_event(RESUME, clock.now))
+    assert clock.slept[-1] == pytest.approx(0.003) and state.closed_since is None
+
+
+def test_an_event_seen_after_its_reaction_is_applied_at_once(daemon, clock, stored):
+    _state(daemon).reaction_ns = 3_000_000
+    _pause(daemon, clock, 5_000_000)
+    assert clock.slept == [] and _state(daemon).stat[REACTION_MAX] == 5_000_000
 
 
 def test_the_largest_reaction_is_kept_and_all_are_summed(daemon, clock, stored):

@@ -61,9 +61,10 @@ def mmu(tmp_path_factory):
 
 FRAME = 1000
 # a 4-port switch of 10-frame ports, one lossless lane: 40 frames, 4 x (1 + 4) reserved
-# and headroom, 20 to share; a port pauses at 1/2 of the free shared buffer
+# and headroom, 20 to share; a port pauses at 1/2 of the free shared buffer (a reaction of
+# one packet time: the headroom covers it and the 3 frames in flight)
 FC = FlowControl(buffer_pkts_per_port=10, reserve_pkts=1, headroom_pkts=4, resume_pkts=1,
-                 alpha_shift=1)
+                 alpha_shift=1, reaction_pkts=1)
 
 
 def _switch() -> tuple[Cfg, Counts]:
