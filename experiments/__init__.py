@@ -17,6 +17,7 @@ EXPERIMENTS = {
     "placement": "experiments.placement",
     "failures": "experiments.failures",
     "storage": "experiments.storage",
+    "lossless": "experiments.lossless",
 }
 
 

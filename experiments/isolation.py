@@ -38,7 +38,7 @@ import topologies
 from fabric.analysis import plotstyle
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
-from fabric.experiment.measures import mean_or_none, pause_summary, truthy
+from fabric.experiment.measures import mean_or_none, pause_summary, span_s, truthy
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
@@ -163,13 +163,6 @@ def estimate_s(mode: IsolationMode, seeds: int, host_mbps: float) -> float:
     return len(FABRICS) * len(LANES) * per_bringup
 
 
-def _span(rows: list[dict[str, Any]]) -> float | None:
-    """Seconds from the first send to the last byte received; None if any is missing."""
-    if not rows or any(r["fct_s"] is None for r in rows):
-        return None
-    return max(r["recv_end"] for r in rows) - min(r["send_start"] for r in rows)
-
-
 def measure_iteration(result: Any, host_mbps: float, storage_links: int) -> dict[str, Any]:
     """Ring time (ms) and storage goodput of one iteration, by traffic class.
 
@@ -182,8 +175,8 @@ def measure_iteration(result: Any, host_mbps: float, storage_links: int) -> dict
     rows = result.transfer_rows()
     ring = [r for r in rows if dscp[r["id"]] == DSCP_COLLECTIVE]
     stor = [r for r in rows if dscp[r["id"]] == DSCP_STORAGE]
-    ring_s = _span(ring)
-    stor_s = _span(stor)
+    ring_s = span_s(ring)
+    stor_s = span_s(stor)
     stor_bytes = sum(r["bytes"] for r in stor)
     goodput = (stor_bytes * 8 / stor_s / 1e6 / host_mbps / storage_links
                if stor and stor_s else None)

@@ -57,8 +57,9 @@ def spread_bar(ax: Any, x: float, values: Sequence[float], colour: str, width: f
                label: str | None = None) -> None:
     """A bar at the mean of ``values``, a min-max whisker and every value as a dot."""
     mean = statistics.fmean(values)
+    # equal values can have a mean one rounding step outside them
     ax.bar(x, mean, width=width, color=colour, alpha=0.7, label=label,
-           yerr=[[mean - min(values)], [max(values) - mean]], capsize=3)
+           yerr=[[max(0.0, mean - min(values))], [max(0.0, max(values) - mean)]], capsize=3)
     ax.scatter([x] * len(values), values, s=10, color="black", zorder=3)
 
 

@@ -96,16 +96,22 @@ def add_emulation_args(parser: argparse.ArgumentParser) -> None:
                                  "remote:127.0.0.1:6633) instead of starting one")
 
 
-def add_flow_control_arg(parser: argparse.ArgumentParser) -> None:
-    """``--flow-control none|pfc`` and ``--preset NAME``."""
+def add_flow_control_arg(parser: argparse.ArgumentParser, experiment: bool = False) -> None:
+    """``--flow-control none|pfc`` and ``--preset NAME`` (for ``fabric run`` if
+    ``experiment``: the experiment keeps its topology and lanes)."""
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                        help="a seed system's fabric: its topology (when none is given), "
-                             "routing, lanes, flow control and congestion control")
+                        help="a seed system's fabric: " + (
+                            "its flow control, congestion control and, where the experiment "
+                            "sets none, routing and lanes (the experiment keeps its topology "
+                            "unless --topo)" if experiment else
+                            "its topology (when none is given), routing, lanes, flow control "
+                            "and congestion control"))
+    lanes = ("every lane the experiment's fabrics keep lossless" if experiment else
+             "a lane is lossless unless its --lanes entry says \"lossless\": false")
     parser.add_argument("--flow-control", choices=MODES, default=None,
                         help="link-level flow control: none (lossy Ethernet, the default) or "
                              "pfc (lossless lanes pause their upstream link instead of "
-                             "dropping; a lane is lossless unless its --lanes entry says "
-                             "\"lossless\": false; default: the preset's, or none)")
+                             f"dropping; {lanes}; default: the preset's, or none)")
 
 
 def preset_of(args: argparse.Namespace) -> Preset | None:

@@ -54,7 +54,7 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
                         help="new directory for data, manifest, figures")
     parser.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
                         help="TCP congestion control of every emulated host (default: cubic)")
-    add_flow_control_arg(parser)
+    add_flow_control_arg(parser, experiment=True)
     parser.add_argument("--attempts", type=argtypes.integer(1, MAX_ATTEMPTS), default=None,
                         help="how often to try a run that failed only the load-dependent "
                              "fidelity checks (OVS input delay, machine CPU); the attempts given "
@@ -79,9 +79,15 @@ def run_context(args: argparse.Namespace) -> Any:
         needed = option.requires and option.requires.lstrip("-").replace("-", "_")
         if values[option.dest] is not None and needed and values.get(needed) is None:
             raise UsageError(f"argument {option.flag}: applies to {option.requires} only")
+    flow_control = flow_control_of(args)
+    if experiment.lossless and not flow_control:
+        if args.flow_control == "none":
+            raise UsageError(f"argument --flow-control: {experiment.name} runs lossless "
+                             f"fabrics only (pfc)")
+        flow_control = FlowControl()
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps, tcp_cc=args.tcp_cc,
-                     flow_control=flow_control_of(args), preset=preset, values=values)
+                     flow_control=flow_control, preset=preset, values=values)
     if args.attempts is not None:
         ctx.attempts = args.attempts
     try:

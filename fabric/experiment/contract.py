@@ -6,7 +6,8 @@ An experiment is one module under ``experiments/`` holding one subclass of
 - **declared**: ``name``, ``question``, ``modes`` (``quick`` and ``full``, each
   a :class:`Mode` with at least its default number of seeds), ``options`` (its
   own command-line :class:`~fabric.experiment.options.Option` s), ``anchors``
-  (the published figures it is read against);
+  (the published figures it is read against), ``lossless`` (true when its
+  question needs link-level flow control: the run context then always has it);
 - **pure**, before anything changes on the system: :meth:`~Experiment.topologies`,
   :meth:`~Experiment.check`, :meth:`~Experiment.run_count`,
   :meth:`~Experiment.estimate_s`;
@@ -109,6 +110,7 @@ class Experiment(ABC):
     modes: ClassVar[Mapping[str, Mode]]
     options: ClassVar[tuple[Option, ...]] = ()
     anchors: ClassVar[Mapping[str, Any]] = {}
+    lossless: ClassVar[bool] = False  # every fabric lossless: --flow-control none is refused
 
     # --- declared and pure ------------------------------------------------------------
 

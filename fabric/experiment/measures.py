@@ -35,6 +35,14 @@ def against_ideal(measured: float | None, ideal: float | None) -> dict[str, floa
             "efficiency": round(measured / ideal, 4) if measured and ideal else None}
 
 
+def span_s(rows: list[dict[str, Any]]) -> float | None:
+    """Seconds from the first send of ``rows`` (transfer rows) to the last byte received;
+    None when there are none or any is incomplete."""
+    if not rows or any(r["fct_s"] is None for r in rows):
+        return None
+    return max(r["recv_end"] for r in rows) - min(r["send_start"] for r in rows)
+
+
 def truthy(value: Any) -> bool:
     """A ``valid`` cell as a bool: True itself or its CSV text ("True")."""
     return value is True or str(value).lower() == "true"

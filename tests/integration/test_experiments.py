@@ -25,15 +25,20 @@ from fabric.experiment.checks import RUN_CHECKS
 ROOT = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {
     "collisions": {"policy", "pattern", "norm_throughput", "collisions", "max_flows_per_link"},
-    "incast": {"senders", "buffer_pkts", "rto_min_ms", "admission", "goodput_frac",
+    "incast": {"fabric", "senders", "buffer_pkts", "rto_min_ms", "admission", "goodput_frac",
                "round_p99_ms", "timeouts"},
-    "isolation": {"lanes", "collective_slowdown", "collective_p99_ms", "storage_goodput_frac"},
+    "isolation": {"fabric", "lanes", "collective_slowdown", "collective_p99_ms",
+                  "storage_goodput_frac", "paused_links"},
+    "lossless": {"part", "setting", "ring_slowdown", "storage_goodput_frac", "probe_p99_ms",
+                 "paused_links", "pause_link_seconds"},
     "zones": {"placement", "busbw_frac"},
     "placement": {"oversubscription", "placement", "busbw_frac"},
     "failures": {"scenario", "policy", "slowdown", "ideal_slowdown", "reroute_ms", "stall_ms",
                  "timeouts", "lost_bytes"},
     "storage": {"part", "drops", "timeouts", "valid"},
 }
+
+LOSSLESS_ROWS = {"incast": 2, "isolation": 2, "lossless": 6}
 
 
 @pytest.mark.parametrize("name", sorted(ROW_FIELDS))
@@ -49,6 +54,11 @@ def test_quick_run_writes_a_complete_result(name: str, tmp_path: Path) -> None:
     assert summary["table"], "the summary needs its headline rows"
     for row in summary["table"]:
         assert ROW_FIELDS[name] <= set(row), set(row)
+    if name in LOSSLESS_ROWS:  # its lossless rows are there, with their pauses measured
+        rows = [r for r in summary["table"] if r.get("fabric", "lossless") == "lossless"]
+        assert len(rows) >= LOSSLESS_ROWS[name], summary["table"]
+        pause = "pause_hop1" if name == "incast" else "paused_links"
+        assert all(r[pause] is not None for r in rows), rows
     manifest = json.loads((out / "manifest.json").read_text())
     assert {"command", "parameters", "seeds", "versions", "git_commit"} <= set(manifest)
     pngs = sorted(out.glob("*.png"))
