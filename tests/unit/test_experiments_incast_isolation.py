@@ -286,10 +286,11 @@ def test_isolation_measure_splits_classes_and_catches_failures():
     assert got["collective_ms"] == pytest.approx(14 * 50, abs=0.1)  # 2(N-1) steps
     stor = [t for t in transfers if t.dscp == DSCP_STORAGE]
     assert got["storage_bytes"] == sum(t.bytes for t in stor)
-    # reads: 4 rounds of request + stripes (0.2 s each) bound the storage span
-    expected = got["storage_bytes"] * 8 / 0.8 / 1e6 / 7.5 / 2
+    # the read's rounds of request + stripes (0.2 s each) bound the storage span
+    rounds = isolation.READ_ROUNDS
+    expected = got["storage_bytes"] * 8 / (0.2 * rounds) / 1e6 / 7.5 / 2
     assert got["storage_goodput_frac"] == pytest.approx(expected, rel=1e-3)
-    failed = fake_result(transfers, fail={"read/round2/stripe1"})
+    failed = fake_result(transfers, fail={f"read/round{rounds - 1}/stripe1"})
     got = isolation.measure_iteration(failed, 7.5, 2)
     assert got["storage_goodput_frac"] is None and got["collective_ms"] is not None
     assert not completion_check(failed).ok
