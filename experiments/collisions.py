@@ -31,6 +31,7 @@ from fabric.experiment import (Experiment, Measured, Mode, Option, RunContext, R
 from fabric.experiment.measures import as_float, transport_losses
 from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
+from fabric.model.lanes import DSCP_COLLECTIVE
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
 from fabric.traffic.model import ENTROPY, SPRAY_ENTROPY_PORTS, ScheduleError
@@ -140,7 +141,9 @@ def _schedules(graph: Any, spec: str, policy: str, cc: str, patterns: list[str],
                seeds: list[int], host_mbps: float) -> Iterator[Scheduled]:
     for pattern in patterns:
         for seed in seeds:
-            transfers, ranks, size = pattern_transfers(graph, pattern, seed, host_mbps)
+            # RDMA's service class, as RoCE deployments mark it: lossless under a preset
+            transfers, ranks, size = pattern_transfers(graph, pattern, seed, host_mbps,
+                                                       dscp=DSCP_COLLECTIVE)
             yield Scheduled({"topology": spec, "policy": policy, "pattern": pattern, "cc": cc,
                              "seed": seed}, transfers, seed, (pattern, ranks, size))
 

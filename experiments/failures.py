@@ -55,6 +55,7 @@ from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, R
 from fabric.experiment.measures import as_float, transport_losses
 from fabric.experiment.options import CC, ROCE_MTU, ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
+from fabric.model.lanes import DSCP_COLLECTIVE
 from fabric.traffic import collectives, ideal
 from fabric.traffic.model import Plan, ScheduleError, Transfer
 from fabric.traffic.placement import rank_hosts
@@ -401,7 +402,8 @@ def _schedules(graph: nx.Graph, policy: str, seeds: list[int], size: int, host_m
     """Per seed, every scenario of one policy's bring-up, each with its injector."""
     for seed in seeds:
         ranks = ring_ranks(graph, seed)
-        transfers = collectives.generate(COLLECTIVE, ranks, size)
+        # RDMA's service class, as RoCE deployments mark it: lossless under a preset
+        transfers = collectives.generate(COLLECTIVE, ranks, size, dscp=DSCP_COLLECTIVE)
         t_line = line_rate_s(len(ranks), size, host_mbps)
         for name in SCENARIOS:
             scenario = make_scenario(name, graph, ranks, t_line, DEADLINE_FACTOR * t_line)

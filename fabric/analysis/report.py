@@ -72,6 +72,17 @@ def _totals(result: TrafficResult) -> dict[str, int]:
     return totals
 
 
+def flow_control_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a run's pauses did, from its per link and lane rows
+    (:attr:`TrafficResult.flow_control`): totals, and the rows of the links that paused."""
+    paused = [r for r in rows if r["pauses"]]
+    return {"paused_links": len({r["link"] for r in paused}),
+            "pauses": sum(r["pauses"] for r in rows),
+            "pause_share_max": max((r["pause_share"] or 0.0 for r in paused), default=0.0),
+            "max_held_pkts": max((r["max_held_pkts"] for r in rows), default=0.0),
+            "headroom_drops": sum(r["drops"] for r in rows), "links": paused}
+
+
 def summarize(result: TrafficResult, spec: PatternSpec, participants: list[str],
               host_mbps: float) -> dict[str, Any]:
     """Headline figures of one run, with its fidelity checks."""
@@ -91,6 +102,8 @@ def summarize(result: TrafficResult, spec: PatternSpec, participants: list[str],
         **_totals(result), "errors": result.errors,
         "fidelity": fidelity.report(result.fidelity),
     }
+    if any(c.name == "lossless_drops" for c in result.fidelity):  # under flow control
+        summary["flow_control"] = flow_control_summary(result.flow_control)
     if spec.is_collective and elapsed:
         n = len(participants)
         algbw = collectives.algbw(spec.size_bytes, elapsed) * 8 / 1e6

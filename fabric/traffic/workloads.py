@@ -10,6 +10,7 @@ measurement: see "Sizing the collisions workloads" in the README's benchmarks.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from typing import Any
 
 from fabric.traffic import collectives, synthetic
@@ -26,22 +27,26 @@ BUFFER_S = 6.0
 
 
 def pattern_transfers(graph: Any, pattern: str, seed: int, host_mbps: float,
-                      seconds: float | None = None
+                      seconds: float | None = None, dscp: int = 0
                       ) -> tuple[list[Transfer], list[str], int | None]:
     """Schedule of one run, its ranks and its nccl-tests size (None for the one-flow
     patterns). ``seconds`` of line rate sets each flow's bytes or each rank's buffer
     (default :data:`FLOW_S`, :data:`BUFFER_S`); the permutation and the collectives
-    place their ranks at random (seeded), the stride by rail."""
+    place their ranks at random (seeded), the stride by rail. Every transfer is in
+    service class ``dscp``."""
     one_flow = pattern in ONE_FLOW_PATTERNS
     length = seconds if seconds is not None else FLOW_S if one_flow else BUFFER_S
     nbytes = int(host_mbps * 1e6 / 8 * length)
     if pattern == "stride":
         ranks = rank_hosts(graph, placement="rail")
-        return synthetic.stride(graph, ranks, nbytes), ranks, None
-    ranks = rank_hosts(graph, placement="random", seed=seed)
-    if pattern == "permutation":
-        return synthetic.permutation(ranks, nbytes, seed), ranks, None
-    return collectives.generate(pattern, ranks, nbytes), ranks, nbytes
+        transfers, size = synthetic.stride(graph, ranks, nbytes), None
+    else:
+        ranks = rank_hosts(graph, placement="random", seed=seed)
+        if pattern == "permutation":
+            transfers, size = synthetic.permutation(ranks, nbytes, seed), None
+        else:
+            transfers, size = collectives.generate(pattern, ranks, nbytes), nbytes
+    return [replace(t, dscp=dscp) for t in transfers], ranks, size
 
 
 def norm_throughput(pattern: str, spans: dict[str, tuple[float, float, int]],

@@ -7,6 +7,7 @@ import pytest
 import topologies
 from fabric.traffic.model import ScheduleError
 from fabric.traffic.patterns import PatternSpec, make_transfers
+from fabric.traffic.workloads import pattern_transfers
 
 
 @pytest.mark.parametrize("field, value", [("size_bytes", 0), ("ranks", 1), ("seed", -1),
@@ -31,3 +32,12 @@ def test_too_many_storage_servers_is_refused():
     with pytest.raises(ScheduleError, match="servers"):
         make_transfers(topologies.build("leaf-spine"),
                        PatternSpec("striped-read", servers=100))
+
+
+@pytest.mark.parametrize("pattern", ["stride", "permutation", "ring-allreduce"])
+def test_workload_transfers_carry_the_service_class_asked_for(pattern):
+    graph = topologies.build("rail-clos")
+    marked, _, _ = pattern_transfers(graph, pattern, 0, 5.0, dscp=26)
+    plain, _, _ = pattern_transfers(graph, pattern, 0, 5.0)
+    assert {t.dscp for t in marked} == {26} and {t.dscp for t in plain} == {0}
+    assert [t.id for t in marked] == [t.id for t in plain]

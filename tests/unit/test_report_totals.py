@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from fabric.analysis.report import _totals
+from fabric.analysis.report import _totals, flow_control_summary
 
 
 def test_totals_sum_kernel_tcp_roce_and_ecn_counters_over_agents():
@@ -18,3 +18,17 @@ def test_totals_sum_kernel_tcp_roce_and_ecn_counters_over_agents():
     assert _totals(result) == {"tcp_timeouts": 2, "tcp_retransmitted_segments": 8,
                                "roce_retransmitted": 3, "roce_ce_marked": 16,
                                "roce_cnps": 6, "ingress_drops": 6}
+
+
+def test_flow_control_summary_totals_the_links_that_paused():
+    rows = [{"link": "s0>l0", "lane": 0, "pauses": 3, "pause_share": 0.25, "max_held_pkts": 9.5,
+             "drops": 0},
+            {"link": "s0>l0", "lane": 1, "pauses": 1, "pause_share": 0.5, "max_held_pkts": 2.0,
+             "drops": 0},
+            {"link": "l1>s0", "lane": 0, "pauses": 0, "pause_share": 0.0, "max_held_pkts": 12.0,
+             "drops": 1}]
+    got = flow_control_summary(rows)
+    assert (got["paused_links"], got["pauses"], got["pause_share_max"]) == (1, 4, 0.5)
+    assert got["max_held_pkts"] == 12.0 and got["headroom_drops"] == 1
+    assert got["links"] == rows[:2]
+    assert flow_control_summary([])["paused_links"] == 0
