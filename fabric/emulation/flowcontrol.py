@@ -297,7 +297,8 @@ def link_rows(graph: nx.Graph, before: dict, after: dict, seconds: float, frame_
         link = links[ident - 1]
         rows.append({"link": f"{link.src}>{link.dst}", "lane": lane,
                      "pauses": grew("pauses"),
-                     "pause_share": round(grew("paused_ns") / 1e9 / seconds, 4) if seconds else None,
+                     "pause_share": (round(grew("paused_ns") / 1e9 / seconds, 4)
+                                     if seconds else None),
                      "max_held_pkts": round(end["max_held_bytes"] / frame_bytes, 2),
                      "drops": grew("drops"), "watchdog_trips": grew("watchdog_trips"),
                      "reaction_mean_ms": (round(grew("reaction_sum_ns") / reactions / 1e6, 3)
