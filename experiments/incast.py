@@ -505,6 +505,7 @@ class Incast(Experiment):
     question = QUESTION
     default_topology = DEFAULT_TOPO
     modes = {"quick": QUICK, "full": FULL}
+    sets_flow_control = True  # lossy and lossless rows, each fabric as it says
     anchors = ANCHORS
 
     def check(self, ctx: RunContext) -> None:

@@ -321,6 +321,7 @@ class Isolation(Experiment):
     question = QUESTION
     default_topology = DEFAULT_TOPO
     modes = {"quick": QUICK, "full": FULL}
+    sets_flow_control = True  # lossy and lossless rows, each fabric as it says
     anchors = {"separate": "collective class held 59.7-59.9 of its 60 Mbit/s with head-drop "
                            "leaves (DESIGN.md section 3)"}
 

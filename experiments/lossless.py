@@ -361,18 +361,14 @@ class Lossless(Experiment):
     default_topology = DEFAULT_TOPO
     modes = {"quick": QUICK, "full": FULL}
     options = (ROCE_MTU, SPRAY_ENTROPY)
-    lossless = True
+    sets_flow_control = True  # every fabric lossless, each part with its own lanes
     anchors = {"routing": "static routing: adaptive routing spread congestion (Fire-Flyer 2, "
                           "SC 2024)",
                "cc": "DCQCN disabled: no parameter set did better on mixed traffic "
                      "(Fire-Flyer 2, SC 2024)"}
 
     def check(self, ctx: RunContext) -> None:
-        """Refuse a fabric without the roles (see :func:`roles`), and a preset: each part
-        sets its own routing, lanes and congestion control."""
-        if ctx.preset:
-            raise ScheduleError(f"argument --preset: {NAME} sets the routing, lanes and "
-                                f"congestion control of each part itself")
+        """Refuse a fabric without the roles (see :func:`roles`)."""
         roles(self.graph(ctx))
 
     def run_count(self, ctx: RunContext) -> int:
@@ -387,7 +383,7 @@ class Lossless(Experiment):
         (three lanes); baseline and storage iterations interleaved."""
         topo = self.topologies(ctx)[0]
         graph = topologies.build(topo)
-        who, fc = roles(graph), ctx.flow_control or FlowControl()  # the CLI sets it
+        who, fc = roles(graph), FlowControl()
         packet_bytes = ctx.roce().packet_bytes
         host_mbps = ctx.host_mbps or default_host_mbps(
             graph, packet_bytes=packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)

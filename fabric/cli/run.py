@@ -79,15 +79,12 @@ def run_context(args: argparse.Namespace) -> Any:
         needed = option.requires and option.requires.lstrip("-").replace("-", "_")
         if values[option.dest] is not None and needed and values.get(needed) is None:
             raise UsageError(f"argument {option.flag}: applies to {option.requires} only")
-    flow_control = flow_control_of(args)
-    if experiment.lossless and not flow_control:
-        if args.flow_control == "none":
-            raise UsageError(f"argument --flow-control: {experiment.name} runs lossless "
-                             f"fabrics only (pfc)")
-        flow_control = FlowControl()
+    if experiment.sets_flow_control and (args.flow_control or preset):
+        raise UsageError(f"argument {'--flow-control' if args.flow_control else '--preset'}: "
+                         f"{experiment.name} sets each fabric's flow control and lanes itself")
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps, tcp_cc=args.tcp_cc,
-                     flow_control=flow_control, preset=preset, values=values)
+                     flow_control=flow_control_of(args), preset=preset, values=values)
     if args.attempts is not None:
         ctx.attempts = args.attempts
     try:

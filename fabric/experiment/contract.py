@@ -6,8 +6,9 @@ An experiment is one module under ``experiments/`` holding one subclass of
 - **declared**: ``name``, ``question``, ``modes`` (``quick`` and ``full``, each
   a :class:`Mode` with at least its default number of seeds), ``options`` (its
   own command-line :class:`~fabric.experiment.options.Option` s), ``anchors``
-  (the published figures it is read against), ``lossless`` (true when its
-  question needs link-level flow control: the run context then always has it);
+  (the published figures it is read against), ``sets_flow_control`` (true when
+  it chooses each fabric's flow control and lanes itself, e.g. to compare lossy
+  and lossless: ``--flow-control`` and ``--preset`` are then refused);
 - **pure**, before anything changes on the system: :meth:`~Experiment.topologies`,
   :meth:`~Experiment.check`, :meth:`~Experiment.run_count`,
   :meth:`~Experiment.estimate_s`;
@@ -110,7 +111,7 @@ class Experiment(ABC):
     modes: ClassVar[Mapping[str, Mode]]
     options: ClassVar[tuple[Option, ...]] = ()
     anchors: ClassVar[Mapping[str, Any]] = {}
-    lossless: ClassVar[bool] = False  # every fabric lossless: --flow-control none is refused
+    sets_flow_control: ClassVar[bool] = False  # True: --flow-control and --preset refused
 
     # --- declared and pure ------------------------------------------------------------
 
@@ -191,7 +192,9 @@ class Experiment(ABC):
         notes = self.notes(ctx, rows, measured)
         results.write_summary(ctx.run_dir, self.name, table, fid,
                               {"question": self.question, "anchors": dict(self.anchors),
-                               "flow_control": "pfc" if ctx.flow_control else "none",
+                               "flow_control": ("per fabric, as the table says"
+                                                if self.sets_flow_control else
+                                                "pfc" if ctx.flow_control else "none"),
                                **measured.summary, "notes": notes})
         return Outcome(table, fid, self.seeds(ctx), measured.parameters, notes)
 
