@@ -240,7 +240,8 @@ def add_slowdowns(rows: list[dict[str, Any]]) -> None:
 
 
 def table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per part and setting: the storage iterations' means, the baselines' medians."""
+    """Per part and setting: the storage iterations' means beside the baselines' means
+    (``ring_slowdown`` is against their median); ``valid`` only if every run was."""
     out = []
     for part, setting in dict.fromkeys(_setting(r) for r in rows):
         mine = [r for r in rows if _setting(r) == (part, setting)]
