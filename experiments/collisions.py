@@ -48,7 +48,7 @@ ABLATION_METRICS = (("efficiency", "mean rate / ideal"),
                     ("span_efficiency", "ideal / measured\ntime of the last byte"))
 # Host rate of each pattern, as a share of the fabric's full-load rate: an all-to-all
 # keeps every queue pair of every agent busy at once, and at the full rate OVS's input
-# delay fails adaptive runs (README, benchmarks: "Sizing the collisions workloads").
+# delay fails adaptive runs (docs/benchmarks.md: "Sizing the collisions workloads").
 RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-all": 0.5}
 ANCHORS = {"ecmp": "0.60-0.68", "spray": ">=0.90", "adaptive": ">=0.90"}
 ANCHOR_RANGES = {"ecmp": (0.60, 0.68), "spray": (0.90, 0.95), "adaptive": (0.90, 0.95)}

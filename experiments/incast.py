@@ -11,21 +11,22 @@ the Linux default, vs 10; set on every endpoint before each run) and
 
 Every run also carries victim flows, from hosts on another leaf to hosts on the
 client's leaf: they share the incast's links into that leaf but not the client's
-port (one each spine's way, as their hashes fall). Lossless rows (link-level flow control, :mod:`fabric.model.flowcontrol`)
-drop nothing: the incast pauses the links into the client's leaf, then the
-spines' links from the senders' leaves, then the senders' NICs (a congestion
-tree), and a victim waits behind those pauses when it shares the incast's lane,
-not when it has a lane of its own. ``victim_slowdown`` is a victim's time over
-its time alone on the same fabric (the mean of the victims, and the worst).
+port (one each spine's way, as their hashes fall). Lossless rows (link-level flow
+control, :mod:`fabric.model.flowcontrol`) drop nothing: the incast pauses the links
+into the client's leaf, then the spines' links from the senders' leaves, then the
+senders' NICs (a congestion tree), and a victim waits behind those pauses when it
+shares the incast's lane, not when it has a lane of its own. ``victim_slowdown`` is
+a victim's time over its time alone on the same fabric (the mean of the victims, and
+the worst).
 
-The stripe scales with the emulated link rate (DESIGN.md section 3):
+The stripe scales with the emulated link rate (docs/platform.md, "Incast anchor"):
 ``64 KiB * host_mbps / 100`` (at least one segment), so a round lasts as
 long, in seconds, as a 64 KiB stripe at 100 Mbit/s. Only the client's link
 is busy, so the fabric runs at 12 Mbit/s per host (``DEFAULT_HOST_MBPS``),
 where a stripe is 6 segments and a round's first flights overflow a
 32-packet buffer from 6 senders on.
 
-Published anchor (DESIGN.md, 64 KB blocks, 32-packet buffer, 200 ms RTO,
+Published anchor (docs/platform.md, 64 KB blocks, 32-packet buffer, 200 ms RTO,
 100 Mbit/s): 92 -> 42 -> 44 -> 21 -> 25 -> 29 Mbit/s at 1/2/4/8/12/16
 senders; a per-route rto_min of 1 ms (the kernel's ~8 ms floor) recovered 8
 senders to 83 Mbit/s.
@@ -61,7 +62,7 @@ QUESTION = ("When does a striped read collapse under incast, and do a small mini
 # 25 hosts: the client, 16 senders, and beside them a victim flow's ends: one on a leaf
 # with no sender (or one), one on the client's leaf
 DEFAULT_TOPO = "leaf-spine,leaves=5,hosts_per_leaf=5"
-BASE_STRIPE_BYTES = 64 * 1024  # at 100 Mbit/s (DESIGN.md's measurement)
+BASE_STRIPE_BYTES = 64 * 1024  # at 100 Mbit/s (docs/platform.md's anchor)
 MIN_STRIPE_BYTES = 1448  # one full TCP segment
 DEFAULT_RTO_MS = 200  # Linux's TCP_RTO_MIN
 ANCHOR_BUFFER_PKTS = 32  # the buffer of the published curve
@@ -78,7 +79,7 @@ IDLE_BYTES = 1_000_000  # what the runner's idle-path check sends
 VICTIM_TAG = "victim"
 
 # Time budget model: ~3 s bring-up, ~2.5 s runner overhead per traffic run, ~2.5 s
-# teardown (DESIGN.md section 3; not re-measured for these fabrics).
+# teardown (docs/platform.md, "Time budget"; not re-measured for these fabrics).
 BRINGUP_S = 3.0
 TEARDOWN_S = 2.5
 RUN_OVERHEAD_S = 2.5  # agents' start lead, monitors, reports
@@ -341,7 +342,7 @@ def notes_for(host_mbps: float, stripe: int, grid: Grid) -> list[str]:
         f"those links but not the client's port: victim_slowdown is a victim's time over "
         f"its time alone (mean, and the worst), in the incast's lane (shared) and in its "
         f"own (separate)",
-        "anchor (DESIGN.md, 100 Mbit/s, 32-packet buffer, 200 ms RTO): 92 -> 42 -> 44 -> 21 "
+        "anchor (docs/platform.md, 100 Mbit/s, 32-packet buffer, 200 ms RTO): 92 -> 42 -> 44 -> 21 "
         "-> 25 -> 29 Mbit/s at 1/2/4/8/12/16 senders; rto_min 1 ms (rounded up to the "
         "kernel's ~8 ms floor at HZ=250) recovered 8 senders to 83 Mbit/s",
     ]
@@ -494,7 +495,7 @@ def tree_figure(data: RunData) -> Any:
 
 ANCHORS = {"rto_200ms_mbps_at_100": {"1": 92, "2": 42, "4": 44, "8": 21, "12": 25, "16": 29},
            "rto_min_1ms_8_senders_mbps_at_100": 83,
-           "source": "DESIGN.md section 3, 64 KB blocks, 32-packet buffer, 100 Mbit/s"}
+           "source": "docs/platform.md, 64 KB blocks, 32-packet buffer, 100 Mbit/s"}
 
 
 class Incast(Experiment):

@@ -21,7 +21,7 @@ its own has its own pause.
 ``collective_slowdown`` is an iteration's ring time over the median
 baseline ring time of the same bring-up.
 
-Published anchor (DESIGN.md section 3): with head-drop leaves the
+Published anchor (docs/platform.md, "Head-drop leaves"): with head-drop leaves the
 collective class held 59.7-59.9 of its 60 Mbit/s against competing traffic.
 """
 
@@ -66,7 +66,7 @@ MAX_SERVERS = 4  # storage servers per operation
 RING_TAG, READ_TAG, WRITE_TAG = "ring", "read", "checkpoint"
 IDLE_BYTES = 1_000_000
 
-# Time budget model: as experiments.incast (DESIGN.md section 3, not re-measured).
+# Time budget model: as experiments.incast (docs/platform.md, "Time budget").
 BRINGUP_S = 3.0
 TEARDOWN_S = 2.5
 RUN_OVERHEAD_S = 2.5
@@ -230,8 +230,8 @@ def notes_for(who: Roles, host_mbps: float) -> list[str]:
         "it is paused only for its own traffic (ring_lane_pause_share: the largest share of "
         "an iteration one link's ring lane was paused)",
         "storage_goodput_frac is over the host rate times the 2 ring-side links storage loads",
-        "anchor (DESIGN.md): with head-drop leaves the collective class held 59.7-59.9 of its "
-        "60 Mbit/s",
+        "anchor (docs/platform.md): with head-drop leaves the collective class held 59.7-59.9 "
+        "of its 60 Mbit/s",
     ]
 
 
@@ -323,7 +323,7 @@ class Isolation(Experiment):
     modes = {"quick": QUICK, "full": FULL}
     sets_flow_control = True  # lossy and lossless rows, each fabric as it says
     anchors = {"separate": "collective class held 59.7-59.9 of its 60 Mbit/s with head-drop "
-                           "leaves (DESIGN.md section 3)"}
+                           "leaves (docs/platform.md)"}
 
     def check(self, ctx: RunContext) -> None:
         """Refuse a topology without the ring's ranks and its storage servers."""

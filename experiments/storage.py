@@ -73,7 +73,7 @@ ADMISSION = 4          # reads outstanding per client under request-to-send admi
 LOAD_TAG, RING_TAG, RESTORE_TAG = "load", "ring", "restore"
 TCP_WIRE = transport_overhead("tcp").data  # wire bytes per payload byte
 
-# Time budget model: as experiments.incast (DESIGN.md section 3, not re-measured).
+# Time budget model: as experiments.incast (docs/platform.md, "Time budget").
 BRINGUP_S = 3.0
 TEARDOWN_S = 2.5
 RUN_OVERHEAD_S = 2.5

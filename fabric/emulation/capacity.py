@@ -12,7 +12,7 @@ across the fabric (a permutation) sprayed packet by packet over all paths,
 so that every link really runs at full load, and the run is faithful while
 packets wait less than 1 ms on average in ovs-vswitchd's receive sockets
 (or a tenth of a packet time, where that is longer). Loss-based ceilings
-(up to ~120 k packet-hops/s in DESIGN.md) overstate what is faithful by far:
+(up to ~120 k packet-hops/s, docs/platform.md) overstate what is faithful by far:
 OVS delays packets by milliseconds long before it drops any.
 
 **The budget falls with the switch ports.** The forwarding thread reads every

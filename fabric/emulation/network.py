@@ -44,7 +44,8 @@ OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
 CONTROLLER_READY_TIMEOUT_S = 20.0
 # Status keys that list what is broken: links down, and (adaptive) links found slow.
 HEALTH_KEYS = ("down_links", "slow_ports")
-# Socket buffers for userspace OVS's AF_PACKET sockets (DESIGN.md section 3):
+# Socket buffers for userspace OVS's AF_PACKET sockets (docs/platform.md,
+# "Socket buffers"):
 # receive sockets take rmem_default when ports are created, the send socket
 # takes wmem_default when it is created. IPv6 stays off on new interfaces so
 # the root-namespace switch ports do not emit DAD/RS/MLD into the fabric.

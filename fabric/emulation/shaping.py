@@ -3,7 +3,7 @@
 Each emulated link direction gets an HTB root with one class at the link
 rate and a bounded ``pfifo_head_drop`` leaf. Head-drop, not tail-drop: when
 a full tail-drop queue refuses a packet, userspace OVS discards the rest of
-its 32-packet send batch whatever its class (DESIGN.md section 3). Netem is
+its 32-packet send batch whatever its class (docs/platform.md, "Head-drop leaves"). Netem is
 not used: this kernel has none.
 
 Lane ``i`` (see :mod:`fabric.model.lanes`) is class ``1:(i+1)`` under a parent

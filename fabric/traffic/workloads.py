@@ -4,7 +4,7 @@ The collisions experiment and the benchmarks that explain its figures run the
 same schedules: a stride or a random permutation (one flow per host, each of
 :data:`FLOW_S` seconds of its link), or a collective whose per-rank buffer
 takes :data:`BUFFER_S` seconds of the host link. Both lengths were chosen by
-measurement: see "Sizing the collisions workloads" in the README's benchmarks.
+measurement: see "Sizing the collisions workloads" in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from fabric.traffic.model import Transfer
 from fabric.traffic.placement import rank_hosts
 
 ONE_FLOW_PATTERNS = synthetic.SYNTHETIC_PATTERNS  # one flow per host, measured by mean rate
-# Long enough for a sprayed flow's echoes to steer it off queueing paths (the README's
-# benchmarks: 0.93 / 0.95 / 0.96 of line rate at 1.5 / 3 / 6 s on the k=4 fat-tree).
+# Long enough for a sprayed flow's echoes to steer it off queueing paths (docs/benchmarks.md:
+# 0.93 / 0.95 / 0.96 of line rate at 1.5 / 3 / 6 s on the k=4 fat-tree).
 FLOW_S = 3.0
 # Long enough for a ring all-reduce's dependent steps to measure bandwidth, not latency
-# (the README's benchmarks: the ideal busbw is 0.935 of line rate at 6 s on rail-clos).
+# (docs/benchmarks.md: the ideal busbw is 0.935 of line rate at 6 s on rail-clos).
 BUFFER_S = 6.0
 
 
