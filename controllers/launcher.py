@@ -59,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
             config = load_controller_config(args.config) if args.config else ControllerConfig()
         except ValueError as exc:
             raise ValueError(f"argument --config: {exc}") from None
-        check_port_free(args.host, args.port)
         # import the app before os-ken parses options: a broken app fails here, in one line
+        # (and before the port check: what was typed wrong first, then the machine's state)
         app = (userapp.load_app_class(userapp.parse_app_spec(args.app)) if args.app
                else importlib.import_module(POLICIES[args.policy]))
+        check_port_free(args.host, args.port)
     except userapp.AppSpecError as exc:
         print(f"fabric controller: argument --app: {exc}", file=sys.stderr)
         return 2
