@@ -44,8 +44,12 @@ POLICIES = ("ecmp", "spray", "adaptive")
 PATTERNS = ("stride", "permutation", "ring-allreduce", "all-to-all")
 ABLATION_PATTERNS = ONE_FLOW_PATTERNS  # the transport ablation
 ABLATION_CCS = ("swift", "dcqcn", "loss")  # on lossy Ethernet: "none" would only drop
-ABLATION_METRICS = (("efficiency", "mean rate / ideal"),
-                    ("span_efficiency", "ideal / measured\ntime of the last byte"))
+# The ablation's two efficiencies (1: the ideal; higher is better), each with what its
+# panels' titles and axis say it divides: rates measured over ideal, times ideal over
+# measured.
+ABLATION_METRICS = (("efficiency", "rate efficiency", "measured mean rate\n/ ideal mean rate"),
+                    ("span_efficiency", "last-byte efficiency",
+                     "ideal / measured time\nof the last byte"))
 # Host rate of each pattern, as a share of the fabric's full-load rate: an all-to-all
 # keeps every queue pair of every agent busy at once, and at the full rate OVS's input
 # delay fails adaptive runs (docs/benchmarks.md: "Sizing the collisions workloads").
@@ -323,10 +327,10 @@ def ablation_figure(data: RunData) -> Any:
                 if all(any(r["pattern"] == p and r["cc"] == cc and r["topology"] == topo
                            for r in runs) for cc in ccs)]
     fig, axes = data.plt.subplots(len(ABLATION_METRICS), len(patterns),
-                                  figsize=(3.2 * len(patterns), 4.6), squeeze=False,
+                                  figsize=(3.2 * len(patterns) + 1.2, 5.0), squeeze=False,
                                   sharey=True)
     width, top, policies = 0.8 / len(ccs), 1.1, policies_in(runs)
-    for row, (metric, label) in zip(axes, ABLATION_METRICS):
+    for row, (metric, name, ratio) in zip(axes, ABLATION_METRICS):
         for ax, pattern in zip(row, patterns):
             for j, cc in enumerate(ccs):
                 for i, policy in enumerate(policies):
@@ -341,10 +345,13 @@ def ablation_figure(data: RunData) -> Any:
                                              label=cc if i == 0 else None)
             ax.axhline(1.0, ls="--", color="grey", lw=1)
             ax.set_xticks(range(len(policies)), policies)
-            ax.set_title(f"{pattern} on {topo}")
-        row[0].set_ylabel(label)
+            ax.set_title(f"{pattern} on {topo}:\n{name}")
+        row[0].set_ylabel(f"{name} =\n{ratio}")
     axes[0][0].set_ylim(0, top)
-    axes[-1][0].legend(title="congestion control", loc="lower right", fontsize=7)
+    fig.suptitle("transport ablation: both rows are efficiencies (1 = the ideal, higher "
+                 "is better)", fontsize=8)
+    axes[0][-1].legend(title="congestion control", loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                       fontsize=7)  # beside the panels: over them it hid bars
     return fig
 
 

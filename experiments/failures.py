@@ -74,6 +74,7 @@ FLAP_PERIOD_S = 1.0
 DEGRADED_FRACTION = 0.25
 DEADLINE_FACTOR = 20.0
 TIMELINE_BIN_S = 0.05
+TIMELINE_SCENARIOS = ("link-down", "flapping", "spine-down")  # the ones with a cut
 POLL_S = 0.01      # the injector's clock: how late an action may fall
 BRINGUP_S = 10.0
 RUN_OVERHEAD_S = 5.0
@@ -452,12 +453,54 @@ def _present(runs: list[dict]) -> tuple[list[str], list[str]]:
             [p for p in POLICIES if any(r["policy"] == p for r in runs)])
 
 
+ENTROPY_WORDS = {"recycle": "recycling the ports echoed as uncongested",
+                 "packet": "the next port per packet (ports in turn)"}
+
+
+def entropy_label(mode: str | None) -> str:
+    """What the figure says of the spraying senders' entropy mode (empty: not recorded)."""
+    if not mode:
+        return ""
+    default = " (the default)" if mode == SPRAY_ENTROPY.default else " (not the default)"
+    return (f"spray, adaptive: entropy {mode}{default}, "
+            f"{ENTROPY_WORDS.get(mode, 'as named')}; ecmp: one port per flow")
+
+
+def _timeline(data: RunData) -> list[dict[str, str]]:
+    """timeline.csv's rows (none in a directory without it)."""
+    return data.csv("timeline") if (data.run_dir / "timeline.csv").exists() else []
+
+
 def slowdown_figure(data: RunData) -> Any:
-    """Slowdown per scenario and policy, with spread and the ideal."""
+    """Slowdown per scenario and policy with spread and the ideal (left) and, when the
+    run recorded its delivery timeline, the delivered rate around the first cut of a
+    link-down run (right); the title names the spraying senders' entropy mode."""
     runs = data.runs
     scenarios, policies = _present(runs)
+    timeline = _timeline(data)
+    shown = next((s for s in TIMELINE_SCENARIOS if s in scenarios
+                  and any(r["scenario"] == s for r in timeline)), None)
+    bars_width = 1.6 + 1.2 * len(scenarios)
+    if shown:
+        fig, (ax, rate) = data.plt.subplots(1, 2, figsize=(bars_width + 3.4, 2.9),
+                                            width_ratios=[bars_width, 3.4])
+        _timeline_panel(rate, timeline, shown, policies)
+    else:
+        fig, ax = data.plt.subplots(figsize=(bars_width, 2.9))
+    _slowdown_panel(ax, runs, scenarios, policies)
+    note = entropy_label(data.provenance.entropy)
+    fig.suptitle("ring all-reduce under a failure" + (f"\n{note}" if note else ""),
+                 fontsize=8)
+    # one legend for both panels (the policies' colours are the same), beside them
+    (rate if shown else ax).legend(*ax.get_legend_handles_labels(), loc="upper left",
+                                   bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def _slowdown_panel(ax: Any, runs: list[dict], scenarios: list[str], policies: list[str]
+                    ) -> None:
+    """Each policy's slowdown per scenario: spread bars, each run's ideal as a tick."""
     width = 0.8 / max(1, len(policies))
-    fig, ax = data.plt.subplots(figsize=(1.6 + 1.2 * len(scenarios), 2.7))
     for j, policy in enumerate(policies):
         for i, scenario in enumerate(scenarios):
             mine = [r for r in runs if r["scenario"] == scenario and r["policy"] == policy]
@@ -475,35 +518,47 @@ def slowdown_figure(data: RunData) -> Any:
     ax.set_xticks(range(len(scenarios)), scenarios)
     ax.set_ylabel("iteration time / healthy")
     ax.set_ylim(bottom=0)
-    ax.set_title("ring all-reduce under a failure")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return fig
+    ax.set_title("slowdown per scenario (bars: mean, dots: seeds)")
+
+
+def _timeline_panel(ax: Any, timeline: list[dict[str, str]], scenario: str,
+                    policies: list[str]) -> None:
+    """Every policy's delivered rate around the first cut of ``scenario`` (the lowest
+    seed's run): the cut at 0."""
+    seed = min(int(r["seed"]) for r in timeline if r["scenario"] == scenario)
+    for j, policy in enumerate(policies):
+        pts = [(float(r["t_s"]), float(r["mbps"])) for r in timeline
+               if r["scenario"] == scenario and r["policy"] == policy and int(r["seed"]) == seed]
+        if pts:
+            ax.plot([t for t, _ in pts], [m for _, m in pts], linewidth=0.9,
+                    color=plotstyle.colour(policy, j), label=policy)
+    ax.axvline(0.0, color="black", linewidth=0.6, linestyle="--")
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("delivered (Mbit/s)")
+    ax.set_xlabel("seconds since the first cut")
+    ax.set_title(f"{scenario}: delivered, all receivers (seed {seed})", fontsize=8)
 
 
 def timeline_figure(data: RunData) -> Any:
     """Delivered rate of every policy around the first cut of each failure scenario
     (nothing to draw without a timeline or a cut)."""
     scenarios, policies = _present(data.runs)
-    timeline = data.csv("timeline") if (data.run_dir / "timeline.csv").exists() else []
-    shown = [s for s in ("link-down", "flapping", "spine-down") if s in scenarios]
-    if not (timeline and shown):
+    timeline = _timeline(data)
+    shown = [s for s in TIMELINE_SCENARIOS if s in scenarios
+             and any(r["scenario"] == s for r in timeline)]
+    if not shown:
         return None
-    seed = min(int(r["seed"]) for r in timeline)
     fig, axes = data.plt.subplots(len(shown), 1, figsize=(4.6, 1.5 * len(shown) + 0.6),
                                   sharex=True, squeeze=False)
     for ax, scenario in zip(axes[:, 0], shown):
-        for j, policy in enumerate(policies):
-            pts = [(float(r["t_s"]), float(r["mbps"])) for r in timeline
-                   if r["scenario"] == scenario and r["policy"] == policy
-                   and int(r["seed"]) == seed]
-            if pts:
-                ax.plot([t for t, _ in pts], [m for _, m in pts], linewidth=0.9,
-                        color=plotstyle.colour(policy, j), label=policy)
-        ax.axvline(0.0, color="black", linewidth=0.6, linestyle="--")
+        _timeline_panel(ax, timeline, scenario, policies)
+        ax.set_xlabel("")
         ax.set_ylabel("Mbit/s")
-        ax.set_title(f"{scenario}: delivered, all receivers (seed {seed})", fontsize=8)
     axes[-1, 0].set_xlabel("seconds since the first cut")
     axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    note = entropy_label(data.provenance.entropy)
+    if note:
+        fig.suptitle(note.replace("; ", "\n"), fontsize=7)
     return fig
 
 

@@ -407,7 +407,7 @@ def storage_figure(data: RunData) -> Any:
     """One figure, both parts: fetch-latency CDFs with the step budget (left), restore
     time against clients per source with each source's ideal (right)."""
     fetches = data.csv("fetches") if (data.run_dir / "fetches.csv").exists() else []
-    fig, (left, right) = data.plt.subplots(1, 2, figsize=(7.2, 2.8))
+    fig, (left, right) = data.plt.subplots(1, 2, figsize=(8.8, 2.8))
     _fetch_cdf(left, fetches, data.runs,
                float(data.summary.get("compute_ms", COMPUTE_S * 1e3)))
     _restore_curves(right, [r for r in data.runs if r["part"] == "stampede"])
@@ -436,26 +436,58 @@ def _fetch_cdf(ax: Any, fetches: list[dict[str, str]], runs: list[dict[str, str]
     ax.legend(loc="lower right", fontsize=7)  # the tail runs along the top
 
 
+# Measured restore curves: a line style each, and markers that nest (largest first,
+# the later ones hollow), so a curve that lies on another (admission on storage: the
+# same reads, the same links) stays visible.
+RESTORE_LINES = ("-", "--", "-.", (0, (6, 1.5, 1, 1.5, 1, 1.5)))
+IDEAL_DASH = (0, (1.5, 3.0))   # an ideal line: sparse dots, offset per source (below)
+
+
+def _restore_means(mine: list[dict[str, str]], sizes: list[int]
+                   ) -> tuple[list[float], list[float]]:
+    """The mean restore time and the ideal at each number of clients."""
+    means, ideal = [], []
+    for n in sizes:
+        values = [float(r["restore_s"]) for r in mine if int(r["clients"]) == n
+                  and r["restore_s"] not in ("", None)]
+        means.append(statistics.fmean(values) if values else float("nan"))
+        ideal.append(float(next(r["ideal_restore_s"] for r in mine if int(r["clients"]) == n)))
+    return means, ideal
+
+
 def _restore_curves(ax: Any, stampede: list[dict[str, str]]) -> None:
-    for i, source in enumerate(s for s in SOURCES if any(r["source"] == s for r in stampede)):
+    """Restore time per source against clients; each source's ideal as a dotted line in
+    its colour. Sources with the same ideal (admission changes no capacity) share one
+    line, their colours' dots interleaved, and one legend entry that names them."""
+    from matplotlib.legend_handler import HandlerTuple
+
+    ideals: dict[tuple, list[tuple[str, dict[str, Any]]]] = {}
+    present = [s for s in SOURCES if any(r["source"] == s for r in stampede)]
+    for i, source in enumerate(present):
         mine = [r for r in stampede if r["source"] == source]
         sizes = sorted({int(r["clients"]) for r in mine})
-        means, ideal = [], []
-        for n in sizes:
-            values = [float(r["restore_s"]) for r in mine if int(r["clients"]) == n
-                      and r["restore_s"] not in ("", None)]
-            means.append(statistics.fmean(values) if values else float("nan"))
-            ideal.append(float(next(r["ideal_restore_s"] for r in mine
-                                    if int(r["clients"]) == n)))
+        means, ideal = _restore_means(mine, sizes)
         style = plotstyle.series_style(source, i)
-        ax.plot(sizes, means, label=source, **style)
-        ax.plot(sizes, ideal, ls=":", color=style["color"], lw=1)
-    ax.plot([], [], ls=":", color="grey", lw=1, label="ideal (busiest link)")
+        ax.plot(sizes, means, label=source, ls=RESTORE_LINES[i % len(RESTORE_LINES)],
+                ms=7 - 1.2 * i, mfc=style["color"] if i % 2 == 0 else "white",
+                zorder=3 + i, **style)
+        ideals.setdefault((tuple(sizes), tuple(ideal)), []).append((source, style))
+        ax.set_xticks(sizes)
+    handles, labels = ax.get_legend_handles_labels()
+    for (sizes, ideal), group in ideals.items():
+        lines = []
+        for k, (source, style) in enumerate(group):
+            offset = sum(IDEAL_DASH[1]) * k / len(group)  # interleave coinciding sources
+            lines += ax.plot(sizes, ideal, color=style["color"], lw=1.2,
+                             ls=(offset, IDEAL_DASH[1]))
+        handles.append(tuple(lines))
+        labels.append("ideal (busiest link):\n" + ", ".join(s for s, _ in group))
     ax.set_ylim(bottom=0)
     ax.set_xlabel("clients restoring at once")
     ax.set_ylabel("restore time (s)")
     ax.set_title("checkpoint-restore stampede")
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7,
+              handler_map={tuple: HandlerTuple(ndivide=1)})
 
 
 # --- the experiment ------------------------------------------------------------

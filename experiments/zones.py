@@ -289,19 +289,31 @@ def notes_for(rows: list[dict[str, Any]]) -> list[str]:
 
 # --- figures (no root: read the run directory only) ---------------------------
 
+# The placements in the words of docs/experiments/zones.md; each label ends with the
+# placement's name in runs.csv and the summary's table, so figure and table match.
+TERMS = {"one-zone": "one zone",
+         "cross-zone": "both zones,\nzone-unaware ring",
+         "cross-zone-contiguous": "both zones, ordered\nzone by zone",
+         "storage-zone0": "storage reads,\nclient in zone 0",
+         "storage-zone1": "storage reads,\nclient in zone 1"}
+
+
+def label(placement: str) -> str:
+    """A placement's axis label: the docs' words, then its name in the tables."""
+    return f"{TERMS[placement]}\n({placement})" if placement in TERMS else placement
+
+
 def _present(runs: list[dict]) -> tuple[list[str], list[str]]:
     """The placements of a run directory, and their axis labels."""
     present = [p for p in PLACEMENTS if any(r["placement"] == p for r in runs)]
-    labels = [p.replace("cross-zone-contiguous", "cross-zone\ncontiguous")
-              .replace("storage-", "storage\n") for p in present]
-    return present, labels
+    return present, [label(p) for p in present]
 
 
 def busbw_figure(data: RunData) -> Any:
     """busbw / host rate per placement with spread, the bound and the ideal."""
     runs = data.runs
     present, labels = _present(runs)
-    fig, ax = data.plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.8))
+    fig, ax = data.plt.subplots(figsize=(1.0 + 1.4 * len(present), 2.8))
     bound_label = "inter-zone bound"
     for i, placement in enumerate(present):
         mine = [r for r in runs if r["placement"] == placement]
@@ -321,7 +333,7 @@ def busbw_figure(data: RunData) -> Any:
                                if v is not None],
                               plotstyle.IDEAL_LABEL if i == 0 else None)
         plotstyle.mark_incomplete(ax, i, failed)
-    ax.set_xticks(range(len(present)), labels)
+    ax.set_xticks(range(len(present)), labels, fontsize=7)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("busbw / host rate\n(storage: goodput / host rate)")
     ax.set_title(f"ring all-reduce of {data.summary.get('ranks', '?')} ranks and striped reads")
@@ -333,14 +345,14 @@ def busbw_figure(data: RunData) -> Any:
 def interzone_figure(data: RunData) -> Any:
     """Bytes on the inter-zone links per placement."""
     present, labels = _present(data.runs)
-    fig, ax = data.plt.subplots(figsize=(1.0 + 1.0 * len(present), 2.6))
+    fig, ax = data.plt.subplots(figsize=(1.0 + 1.4 * len(present), 2.6))
     for i, placement in enumerate(present):
         values = [float(r["interzone_bytes"]) / 1e6 for r in data.runs
                   if r["placement"] == placement]
         plotstyle.spread_bar(ax, i, values, plotstyle.colour(placement, i))
-    ax.set_xticks(range(len(present)), labels)
-    ax.set_ylabel("bytes on inter-zone links (MB)")
-    ax.set_title("traffic between the zones per run")
+    ax.set_xticks(range(len(present)), labels, fontsize=7)
+    ax.set_ylabel("MB that crossed zones\n(on the inter-zone links)")
+    ax.set_title("bytes that crossed zones, per run")
     return fig
 
 

@@ -2,7 +2,9 @@
 
 Colours are the Okabe-Ito palette, distinguishable with the common forms of
 colour blindness. Figures are saved as PNG (300 dpi) and PDF side by side.
-A figure of an invalid run (a failed fidelity check) carries that label.
+A figure of an invalid run (a failed fidelity check) carries that label; every
+figure carries its run's provenance (:mod:`fabric.analysis.provenance`) as a grey
+footer and in its metadata.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 from typing import Any, Sequence
+
+from fabric.analysis.provenance import SEPARATOR
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
              "#000000"]
@@ -99,13 +103,73 @@ def validity_mark(summary: dict[str, Any], runs: list[dict[str, Any]] | None = N
     return "INVALID RUN: a fidelity check failed (see summary.json)"
 
 
-def save(fig: Any, run_dir: Path, name: str, mark: str = "") -> list[Path]:
-    """Save ``fig`` as ``name.png`` and ``name.pdf``, with ``mark`` (a validity warning)
-    as its headline."""
+FOOTER_SIZE = 5.5       # points: small, below everything else
+FOOTER_COLOUR = "#808080"
+
+
+def footer(fig: Any, line: str) -> Any:
+    """Write ``line`` (a run's provenance) in small grey type below the figure's axes,
+    wrapped at its separators to about the figure's width; returns the text."""
+    chars = max(40, int(fig.get_figwidth() * 72 / (FOOTER_SIZE * 0.55)))
+    rows: list[str] = []
+    for part in line.split(SEPARATOR):
+        if rows and len(rows[-1]) + len(SEPARATOR) + len(part) <= chars:
+            rows[-1] += SEPARATOR + part
+        else:
+            rows.append(part)
+    # below everything already drawn (x labels, a legend under the axes), at its left edge
+    fig.draw_without_rendering()
+    box = fig.get_tightbbox()  # inches
+    return fig.text(box.x0 / fig.get_figwidth(), (box.y0 - 0.04) / fig.get_figheight(),
+                    "\n".join(rows), ha="left", va="top", fontsize=FOOTER_SIZE,
+                    color=FOOTER_COLOUR)
+
+
+def headline(fig: Any, mark: str) -> Any:
+    """Write ``mark`` (a validity warning) in bold red as the figure's headline: its
+    suptitle, or above everything when the figure has a suptitle of its own."""
+    style = {"color": OKABE_ITO[3], "fontsize": 8, "weight": "bold"}
+    if not fig.get_suptitle():
+        return fig.suptitle(mark, **style)
+    fig.draw_without_rendering()
+    box = fig.get_tightbbox()  # inches
+    return fig.text(0.5, (box.y1 + 0.04) / fig.get_figheight(), mark, ha="center",
+                    va="bottom", **style)
+
+
+def save(fig: Any, run_dir: Path, name: str, mark: str = "", provenance: str = "",
+         show_provenance: bool = True) -> list[Path]:
+    """Save ``fig`` as ``name.png`` and ``name.pdf``.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure (closed once saved).
+    run_dir : Path
+        Where to write it.
+    name : str
+        The files' name without suffix.
+    mark : str
+        A validity warning, written as the figure's headline (empty: none).
+    provenance : str
+        The run's provenance line (:mod:`fabric.analysis.provenance`): always in
+        the files' metadata (PNG ``Description``, PDF ``Subject``), and a footer
+        under the figure unless ``show_provenance`` is false.
+    show_provenance : bool
+        False leaves the footer out (a paper that gives it in the caption).
+
+    Returns
+    -------
+    list of Path
+        The PNG and the PDF.
+    """
     if mark:
-        fig.suptitle(mark, color="#D55E00", fontsize=8, weight="bold")
+        headline(fig, mark)
+    if provenance and show_provenance:
+        footer(fig, provenance)
     paths = [run_dir / f"{name}.png", run_dir / f"{name}.pdf"]
     for path in paths:
-        fig.savefig(path)
+        key = "Description" if path.suffix == ".png" else "Subject"
+        fig.savefig(path, metadata={key: provenance} if provenance else None)
     pyplot().close(fig)
     return paths

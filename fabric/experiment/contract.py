@@ -35,6 +35,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import topologies
 from fabric.analysis import plotstyle, results
+from fabric.analysis.provenance import Provenance, read as read_provenance
 from fabric.emulation import fidelity
 from fabric.experiment.context import RunContext
 from fabric.experiment.loop import Runner
@@ -78,19 +79,22 @@ class Outcome:
 @dataclass
 class RunData:
     """What a figure is drawn from: pyplot in the paper style, ``summary.json``,
-    ``runs.csv`` and, by name, any other CSV of the run directory."""
+    ``runs.csv``, the run's :class:`~fabric.analysis.provenance.Provenance` (from
+    ``manifest.json``; empty without one) and, by name, any other CSV of the run
+    directory."""
 
     run_dir: Path
     plt: Any
     summary: dict[str, Any]
     runs: list[dict[str, str]]
+    provenance: Provenance = field(default_factory=Provenance)
     _tables: dict[str, list[dict[str, str]]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, run_dir: Path) -> RunData:
         """Read a run directory (no root needed)."""
         return cls(run_dir, plotstyle.pyplot(), results.read_json(run_dir / "summary.json"),
-                   results.read_csv(run_dir / "runs.csv"))
+                   results.read_csv(run_dir / "runs.csv"), read_provenance(run_dir))
 
     def csv(self, name: str) -> list[dict[str, str]]:
         """The rows of ``name.csv``, read once."""
@@ -198,16 +202,18 @@ class Experiment(ABC):
                                **measured.summary, "notes": notes})
         return Outcome(table, fid, self.seeds(ctx), measured.parameters, notes)
 
-    def plot(self, run_dir: Path) -> list[Path]:
+    def plot(self, run_dir: Path, show_provenance: bool = True) -> list[Path]:
         """Draw every figure of a run directory (PNG and PDF); an invalid run's figures
-        say so in their headline."""
+        say so in their headline. Each carries the run's provenance line in its
+        metadata and, unless ``show_provenance`` is false, as a footer."""
         data = RunData.read(run_dir)
         mark = plotstyle.validity_mark(data.summary, data.runs)
+        line = data.provenance.line()
         written: list[Path] = []
         for name, draw in self.figures().items():
             fig = draw(data)
             if fig is not None:
-                written += plotstyle.save(fig, run_dir, name, mark)
+                written += plotstyle.save(fig, run_dir, name, mark, line, show_provenance)
         return written
 
 

@@ -288,3 +288,51 @@ def test_quick_run_estimate_is_a_few_minutes(rail):
     assert 60 < failures.estimate_duration_s(rail, quick=True) < 600
     assert failures.estimate_duration_s(rail, quick=False) > failures.estimate_duration_s(
         rail, quick=True)
+
+
+# --- the figures, from a synthetic run directory ----------------------------------------
+
+def _failures_dir(run_dir, entropy):
+    import json
+
+    rows = [{"scenario": s, "policy": p, "seed": 0, "slowdown": 1.0 + i / 10,
+             "ideal_slowdown": 1.05, "time_s": 3.0, "valid": True}
+            for i, s in enumerate(failures.SCENARIOS) for p in failures.POLICIES]
+    results.write_csv(run_dir / "runs.csv", rows)
+    results.write_csv(run_dir / "timeline.csv", [
+        {"scenario": s, "policy": p, "seed": 0, "t_s": t / 10, "mbps": 5.0}
+        for s in failures.SCENARIOS for p in failures.POLICIES for t in range(-5, 30)])
+    results.write_summary(run_dir, "failures", [], {"valid": True, "runs": len(rows),
+                                                    "checks": []})
+    (run_dir / "manifest.json").write_text(json.dumps({
+        "experiment": "failures", "seeds": [0],
+        "parameters": {"topology": "rail-clos", "transport": "roce", "roce_mtu": 4096,
+                       "spray_entropy": entropy, "cc": "swift", "quick": True}}))
+
+
+@pytest.mark.parametrize("entropy, says", [("packet", "entropy packet (not the default)"),
+                                           ("recycle", "entropy recycle (the default)")])
+def test_the_slowdown_figure_names_its_entropy_and_draws_the_rate_around_the_cut(
+        tmp_path, entropy, says):
+    from fabric.experiment import RunData
+
+    _failures_dir(tmp_path, entropy)
+    fig = failures.slowdown_figure(RunData.read(tmp_path))
+    assert says in fig.get_suptitle() and "ecmp: one port per flow" in fig.get_suptitle()
+    slowdown, rate = fig.axes
+    assert [t.get_text() for t in slowdown.get_xticklabels()] == list(failures.SCENARIOS[1:])
+    assert rate.get_title().startswith("link-down: delivered")   # the panel the text promises
+    assert rate.get_xlabel() == "seconds since the first cut"
+    assert {line.get_label() for line in rate.get_lines()} >= set(failures.POLICIES)
+    paths = failures.EXPERIMENT.plot(tmp_path)
+    assert {"slowdown.png", "timeline.png"} <= {p.name for p in paths}
+
+
+def test_without_a_timeline_the_slowdown_figure_has_its_one_panel(tmp_path):
+    from fabric.experiment import RunData
+
+    _failures_dir(tmp_path, "recycle")
+    (tmp_path / "timeline.csv").unlink()
+    data = RunData.read(tmp_path)
+    assert len(failures.slowdown_figure(data).axes) == 1
+    assert failures.timeline_figure(data) is None

@@ -209,3 +209,38 @@ def test_a_lost_shard_makes_the_run_invalid_and_figures_still_draw(tmp_path, mon
     broken = [r for r in outcome.table if r["part"] == "stampede"]
     assert all(r["restore_s"] is None and not r["valid"] for r in broken)
     assert len(st.EXPERIMENT.plot(tmp_path)) == 2
+
+
+def test_restore_curves_stay_apart_and_ideals_match_their_legend(tmp_path):
+    from fabric.experiment import RunData
+
+    ideal = {"storage": 1.0, "cache": 0.5, "admission": 1.0, "cache+admission": 0.5}
+    rows = [{"part": "stampede", "source": s, "clients": n, "seed": 0,
+             "restore_s": 2.0 * n,  # every source the same: the curves lie on each other
+             "ideal_restore_s": ideal[s] * n, "valid": True}
+            for s in st.SOURCES for n in (1, 4, 12)]
+    results.write_csv(tmp_path / "runs.csv", rows)
+    results.write_summary(tmp_path, "storage", [], {"valid": True, "runs": 12, "checks": []})
+    fig = st.storage_figure(RunData.read(tmp_path))
+    right = fig.axes[1]
+    measured = {line.get_label(): line for line in right.get_lines()
+                if line.get_label() in st.SOURCES}
+    def dashes(line):
+        offset, pattern = line._unscaled_dash_pattern   # as the line was given
+        return offset, tuple(pattern or ())
+
+    assert len({dashes(line) for line in measured.values()}) == len(st.SOURCES)
+    assert len({line.get_markersize() for line in measured.values()}) == len(st.SOURCES)
+    labels = [t.get_text() for t in right.get_legend().get_texts()]
+    assert labels[:4] == list(st.SOURCES)
+    assert labels[4:] == ["ideal (busiest link):\nstorage, admission",
+                          "ideal (busiest link):\ncache, cache+admission"]
+    ideals = [line for line in right.get_lines() if line.get_label() not in st.SOURCES]
+    colours = {line.get_color() for line in measured.values()}
+    assert {line.get_color() for line in ideals} == colours   # each in its source's colour
+    by_y = {}
+    for line in ideals:
+        by_y.setdefault(tuple(line.get_ydata()), []).append(line)
+    # coinciding ideals: the same dots, offset, so both colours show
+    assert all(len({dashes(line)[0] for line in group}) == 2
+               for group in by_y.values())

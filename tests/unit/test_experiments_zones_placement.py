@@ -395,3 +395,19 @@ def test_run_checks_puts_each_runs_load_checks_in_its_row():
     assert run_checks(report) == {"ovs_input_delay_ms": 1.4, "machine_cpu": 0.7,
                                   "agent_late_share": None}
     assert run_checks({"checks": []}) == dict.fromkeys(RUN_CHECKS)
+
+
+def test_zones_figures_name_the_placements_as_the_docs_and_tables_do(tmp_path):
+    from fabric.experiment import RunData
+
+    _fake_zones_dir(tmp_path, valid=True)
+    data = RunData.read(tmp_path)
+    docs = " ".join((ROOT / "docs" / "experiments" / "zones.md").read_text().split())
+    for term in ("one zone", "zone-unaware ring", "ordered zone by zone", "client in"):
+        assert term in docs   # the words the labels use are the docs'
+    for figure in (zones.busbw_figure(data), zones.interzone_figure(data)):
+        labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
+        assert labels == [zones.label(p) for p in zones.PLACEMENTS]
+        assert all(text.endswith(f"({p})") for text, p in zip(labels, zones.PLACEMENTS))
+    assert zones.label("cross-zone") == "both zones,\nzone-unaware ring\n(cross-zone)"
+    assert "crossed zones" in zones.interzone_figure(data).axes[0].get_ylabel()

@@ -107,6 +107,19 @@ def test_collisions_figures_are_drawn_from_the_csvs_without_root(tmp_path):
             assert (tmp_path / f"{name}{suffix}").stat().st_size > 1000
 
 
+def test_the_ablations_rows_say_which_ratio_each_plots(tmp_path):
+    from fabric.experiment import RunData
+
+    _fake_collisions_run(tmp_path, valid=True)
+    fig = collisions.ablation_figure(RunData.read(tmp_path))
+    rate, last_byte = fig.axes   # one pattern: a row per ratio
+    assert rate.get_title() == "stride on rail-clos:\nrate efficiency"
+    assert last_byte.get_title() == "stride on rail-clos:\nlast-byte efficiency"
+    assert "measured mean rate\n/ ideal mean rate" in rate.get_ylabel()
+    assert "ideal / measured time" in last_byte.get_ylabel()
+    assert "1 = the ideal" in fig.get_suptitle()
+
+
 def test_a_users_policy_gets_its_own_rows_boxes_and_heatmap_column(tmp_path):
     _fake_collisions_run(tmp_path, valid=True, extra=(("Flowlets", 0.8),))
     summary = results.read_json(tmp_path / "summary.json")
