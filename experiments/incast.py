@@ -416,8 +416,13 @@ def _sweep_figure(plt: Any, runs: list[dict], field: str, ylabel: str,
         if log:
             ax.set_yscale("symlog" if field == "timeouts" else "log")
     axes[0][0].set_ylabel(ylabel)
-    if axes[0][0].get_legend_handles_labels()[0]:
-        axes[0][0].legend(loc="best", fontsize=6)
+    # one legend for every panel's series: some variants run on one buffer only
+    series: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            series.setdefault(label, handle)
+    if series:
+        axes[0][0].legend(list(series.values()), list(series), loc="best", fontsize=6)
     return fig, axes
 
 
