@@ -23,8 +23,9 @@ How it maps onto OpenFlow 1.3 and Open vSwitch:
 
 The gap is :data:`GAP_PACKETS` full-size packet times of the host links,
 read from the documented context (graph and rate scale), rounded up to whole
-seconds because that is OpenFlow's unit: 1 s at the default 3 Mbit/s, which
-is 250 packet times, more than a full 64-packet queue holds (256 ms).
+seconds because that is OpenFlow's unit: 1 s at any host rate from 1.6 Mbit/s
+up (at 3 Mbit/s, 250 packet times: longer than a full 64-packet queue takes to
+drain, and more at faster rates).
 
 It needs one UDP source port per flow (``--app-entropy flow``, the default):
 with a new port per packet every packet would be a new flowlet and go

@@ -1,20 +1,18 @@
-"""The README's Python snippets that bring up a fabric run as written (root)."""
+"""The Python snippets of the README and the docs that bring up a fabric run as written
+(root); the others run in ``tests/unit/test_doc_snippets.py``."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests import readme_snippets
+from tests import doc_snippets
 
-ROOT_BLOCKS = [(n, code) for n, code in readme_snippets.blocks("python")
-               if readme_snippets.needs_root(code)]
+# one bring-up per distinct snippet: a page may repeat another's
+ROOT_BLOCKS = list({s.code: s for s in reversed(doc_snippets.blocks("python"))
+                    if doc_snippets.needs_root(s.code)}.values())[::-1]
 
 
-@pytest.mark.parametrize("line, code", ROOT_BLOCKS, ids=[f"README:{n}" for n, _ in ROOT_BLOCKS])
-def test_python_snippet_runs_on_a_fabric(line, code, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", readme_snippets.runner(code)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"README line {line}:\n{proc.stderr[-3000:]}"
+@pytest.mark.parametrize("snippet", ROOT_BLOCKS, ids=[s.where for s in ROOT_BLOCKS])
+def test_python_snippet_runs_on_a_fabric(snippet, tmp_path):
+    failure = doc_snippets.run_python(snippet, tmp_path)
+    assert failure is None, failure
