@@ -14,13 +14,23 @@ reduce-scatter. Common options:
     runs independently on its own connection (``Transfer.channel``).
 ``chunks``
     Pipelining (NCCL's slices): every step's piece is cut into ``chunks``
-    sub-pieces; sub-piece ``c`` is forwarded as soon as it arrived, while the
-    link keeps one sub-piece in flight (each send also waits for the previous
-    send on the same link). Without per-hop latency this does not change the
-    ring's time; it shortens the trees' fill and drain.
+    sub-pieces; sub-piece ``c`` is forwarded as soon as it arrived.
+``slots``
+    Pieces in flight per connection (NCCL's ``NCCL_STEPS``, 8): a send also
+    waits for the send ``slots`` places before it on the same connection to
+    be complete, as NCCL's sender waits for the receiver to free a slot of
+    its buffer. With 8 slots a rank forwards each piece the moment it arrived
+    and the link stays busy across step boundaries; with 1 every send waits
+    for the previous one's last acknowledgement (one piece in flight).
 ``dscp``, ``tag``
     Traffic class and the prefix of every id and tag (use distinct tags for
     two collectives in one plan).
+
+NCCL's defaults, for reference: 8 slots (``NCCL_STEPS``) of a 4 MiB buffer
+(``NCCL_BUFFSIZE``), so 512 KiB, 128 packets of 4 KiB, per slot; one channel
+per NIC and more on rail-optimised servers. The emulation keeps packet sizes
+and slows time, so a piece of ``P`` packets here is a piece of ``P`` packets
+there: pick ``chunks`` so that pieces are a few dozen packets.
 
 Every byte count is exact: a total is split into near-equal integer parts
 with the remainder spread over the first parts (:func:`split_bytes`).
@@ -56,13 +66,14 @@ def split_bytes(total: int, parts: int) -> list[int]:
 
 
 def _check(ranks: Sequence[str], size_bytes: int, chunks: int, channels: int, dscp: int,
-           min_pieces: int) -> None:
+           min_pieces: int, slots: int = 1) -> None:
     if len(ranks) < 1:
         raise ValueError("a collective needs at least one rank")
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"ranks must be distinct, got {list(ranks)}")
-    if chunks < 1 or channels < 1:
-        raise ValueError(f"chunks and channels must be >= 1, got {chunks}, {channels}")
+    if chunks < 1 or channels < 1 or slots < 1:
+        raise ValueError(f"chunks, channels and slots must be >= 1, got {chunks}, {channels}, "
+                         f"{slots}")
     if not 0 <= dscp <= 63:
         raise ValueError(f"dscp must be 0..63, got {dscp}")
     # Every transfer must carry at least one byte (validate_schedule).
@@ -75,14 +86,14 @@ def _check(ranks: Sequence[str], size_bytes: int, chunks: int, channels: int, ds
 
 def _ring(ranks: Sequence[str], size_bytes: int, steps: int,
           part_of: Callable[[int, int], int], *, tag: str, dscp: int, chunks: int,
-          channels: int) -> list[Transfer]:
+          channels: int, slots: int) -> list[Transfer]:
     """Ring schedule: at step ``k`` rank ``r`` sends part ``part_of(r, k)`` to ``r + 1``.
 
     ``part_of`` must satisfy ``part_of(r, k) == part_of(r - 1, k - 1)``: what a
     rank sends at step ``k`` is what it received at step ``k - 1``.
     """
     n = len(ranks)
-    _check(ranks, size_bytes, chunks, channels, dscp, n * chunks * channels)
+    _check(ranks, size_bytes, chunks, channels, dscp, n * chunks * channels, slots)
     if n == 1:
         return []
 
@@ -92,25 +103,30 @@ def _ring(ranks: Sequence[str], size_bytes: int, steps: int,
     out: list[Transfer] = []
     for ch, ch_bytes in enumerate(split_bytes(size_bytes, channels)):
         pieces = [split_bytes(p, chunks) for p in split_bytes(ch_bytes, n)]
-        last_sent: dict[int, str] = {}  # rank -> its latest send on the ring link
+        sent: list[list[str]] = [[] for _ in range(n)]  # each rank's sends on its link
         for k in range(steps):
             for c in range(chunks):
                 for r in range(n):
                     after = []
                     if k > 0:  # forward what the predecessor sent at step k-1
                         after.append(tid(ch, k - 1, c, (r - 1) % n))
-                    if r in last_sent:  # one sub-piece in flight per link
-                        after.append(last_sent[r])
+                    after += _slot_freed(sent[r], slots)
                     this = tid(ch, k, c, r)
                     out.append(Transfer(this, ranks[r], ranks[(r + 1) % n],
                                         pieces[part_of(r, k) % n][c], tuple(after), dscp,
                                         f"{tag}/step{k}", ch))
-                    last_sent[r] = this
+                    sent[r].append(this)
     return out
 
 
+def _slot_freed(earlier: list[str], slots: int) -> list[str]:
+    """The send a new one on the same connection waits for: ``slots`` places back."""
+    return [earlier[-slots]] if len(earlier) >= slots else []
+
+
 def ring_allreduce(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, dscp: int = 0,
-                   tag: str = "ring-allreduce", channels: int = 1) -> list[Transfer]:
+                   tag: str = "ring-allreduce", channels: int = 1,
+                   slots: int = 8) -> list[Transfer]:
     """Ring all-reduce: reduce-scatter then all-gather, ``2(N-1)`` steps.
 
     At step ``k`` rank ``r`` sends part ``(r - k) mod N`` (of ``N`` near-equal
@@ -124,7 +140,7 @@ def ring_allreduce(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, ds
         Endpoints in ring order.
     size_bytes : int
         Per-rank buffer size, at least ``N * chunks * channels``.
-    chunks, dscp, tag, channels
+    chunks, dscp, tag, channels, slots
         See the module docstring.
 
     Returns
@@ -133,29 +149,30 @@ def ring_allreduce(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, ds
         Ids ``{tag}/ch{c}/step{k}/chunk{j}/r{r}``; tags ``{tag}/step{k}``.
     """
     return _ring(ranks, size_bytes, 2 * (len(ranks) - 1), lambda r, k: r - k, tag=tag,
-                 dscp=dscp, chunks=chunks, channels=channels)
+                 dscp=dscp, chunks=chunks, channels=channels, slots=slots)
 
 
 def all_gather(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, dscp: int = 0,
-               tag: str = "all-gather", channels: int = 1) -> list[Transfer]:
+               tag: str = "all-gather", channels: int = 1, slots: int = 8) -> list[Transfer]:
     """Ring all-gather: ``N-1`` steps; rank ``r`` starts with part ``r``.
 
     ``size_bytes`` is the total output size; each rank sends
     ``(N-1)/N * size_bytes`` (everything but its successor's part).
     """
     return _ring(ranks, size_bytes, len(ranks) - 1, lambda r, k: r - k, tag=tag, dscp=dscp,
-                 chunks=chunks, channels=channels)
+                 chunks=chunks, channels=channels, slots=slots)
 
 
 def reduce_scatter(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, dscp: int = 0,
-                   tag: str = "reduce-scatter", channels: int = 1) -> list[Transfer]:
+                   tag: str = "reduce-scatter", channels: int = 1,
+                   slots: int = 8) -> list[Transfer]:
     """Ring reduce-scatter: ``N-1`` steps; rank ``r`` ends with part ``r`` reduced.
 
     ``size_bytes`` is the total input size; each rank sends
     ``(N-1)/N * size_bytes`` (everything but its own part).
     """
     return _ring(ranks, size_bytes, len(ranks) - 1, lambda r, k: r - k - 1, tag=tag, dscp=dscp,
-                 chunks=chunks, channels=channels)
+                 chunks=chunks, channels=channels, slots=slots)
 
 
 # --- trees -------------------------------------------------------------------
@@ -219,7 +236,7 @@ def _children(parents: list[int]) -> list[list[int]]:
 
 
 def _tree(ranks: Sequence[str], parents: list[int], half: int, *, tag: str, dscp: int,
-          chunks: int, channel: int) -> list[Transfer]:
+          chunks: int, channel: int, slots: int) -> list[Transfer]:
     """Reduce up ``parents`` then broadcast down, ``half`` bytes in ``chunks`` pieces."""
     kids = _children(parents)
 
@@ -235,21 +252,22 @@ def _tree(ranks: Sequence[str], parents: list[int], half: int, *, tag: str, dscp
             if p < 0:
                 continue
             # A parent forwards up once every child's contribution arrived.
-            after = [up(c, q) for q in kids[r]] + ([up(c - 1, r)] if c else [])
+            after = [up(c, q) for q in kids[r]] + ([up(c - slots, r)] if c >= slots else [])
             out.append(Transfer(up(c, r), ranks[r], ranks[p], piece, tuple(after), dscp,
                                 f"{tag}/up", channel))
         for r, p in enumerate(parents):
             # The root turns around once reduced; others forward what came down.
             got = [up(c, q) for q in kids[r]] if p < 0 else [down(c, r)]
             for q in kids[r]:
-                after = got + ([down(c - 1, q)] if c else [])
+                after = got + ([down(c - slots, q)] if c >= slots else [])
                 out.append(Transfer(down(c, q), ranks[r], ranks[q], piece, tuple(after), dscp,
                                     f"{tag}/down", channel))
     return out
 
 
 def tree_allreduce(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, dscp: int = 0,
-                   tag: str = "tree-allreduce", channels: int = 1) -> list[Transfer]:
+                   tag: str = "tree-allreduce", channels: int = 1,
+                   slots: int = 8) -> list[Transfer]:
     """Double-binary-tree all-reduce, as NCCL's tree algorithm.
 
     Each channel's data is halved; half ``t`` is reduced up tree ``t`` of
@@ -271,7 +289,7 @@ def tree_allreduce(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, ds
         Endpoints; index in the list is the NCCL rank number.
     size_bytes : int
         Per-rank buffer size, at least ``2 * chunks * channels``.
-    chunks, dscp, tag, channels
+    chunks, dscp, tag, channels, slots
         See the module docstring.
 
     Returns
@@ -280,7 +298,7 @@ def tree_allreduce(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, ds
         Ids ``{tag}/ch{c}/tree{t}/{up|down}/chunk{j}/r{r}`` (``r`` the sender
         going up, the receiver going down).
     """
-    _check(ranks, size_bytes, chunks, channels, dscp, 2 * chunks * channels)
+    _check(ranks, size_bytes, chunks, channels, dscp, 2 * chunks * channels, slots)
     if len(ranks) == 1:
         return []
     trees = double_binary_tree(len(ranks))
@@ -288,22 +306,22 @@ def tree_allreduce(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, ds
     for ch, ch_bytes in enumerate(split_bytes(size_bytes, channels)):
         for t, half in enumerate(split_bytes(ch_bytes, 2)):
             out += _tree(ranks, trees[t], half, tag=f"{tag}/ch{ch}/tree{t}", dscp=dscp,
-                         chunks=chunks, channel=2 * ch + t)
+                         chunks=chunks, channel=2 * ch + t, slots=slots)
     return out
 
 
 # --- all-to-all and hierarchical ---------------------------------------------
 
 def all_to_all(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, dscp: int = 0,
-               tag: str = "all-to-all", channels: int = 1) -> list[Transfer]:
+               tag: str = "all-to-all", channels: int = 1, slots: int = 8) -> list[Transfer]:
     """All-to-all: every rank sends part ``j`` of ``size_bytes`` to rank ``j``, all at once.
 
-    No dependencies, except with ``chunks > 1``: the pieces to one peer then
-    follow one another (one in flight per connection). Each rank sends
+    No dependencies, except with more than ``slots`` chunks: a piece to one
+    peer then waits for the piece ``slots`` places before it. Each rank sends
     ``(N-1)/N * size_bytes`` (all parts but its own).
     """
     n = len(ranks)
-    _check(ranks, size_bytes, chunks, channels, dscp, n * chunks * channels)
+    _check(ranks, size_bytes, chunks, channels, dscp, n * chunks * channels, slots)
     out: list[Transfer] = []
     for ch, ch_bytes in enumerate(split_bytes(size_bytes, channels)):
         parts = split_bytes(ch_bytes, n)
@@ -311,17 +329,18 @@ def all_to_all(ranks: Sequence[str], size_bytes: int, *, chunks: int = 1, dscp: 
             for j in range(n):
                 if i == j:
                     continue
-                prev: tuple[str, ...] = ()
+                sent: list[str] = []
                 for c, piece in enumerate(split_bytes(parts[j], chunks)):
                     this = f"{tag}/ch{ch}/r{i}/to{j}/chunk{c}"
-                    out.append(Transfer(this, ranks[i], ranks[j], piece, prev, dscp, tag, ch))
-                    prev = (this,)
+                    out.append(Transfer(this, ranks[i], ranks[j], piece,
+                                        tuple(_slot_freed(sent, slots)), dscp, tag, ch))
+                    sent.append(this)
     return out
 
 
 def hierarchical_allreduce(graph: nx.Graph, ranks: Sequence[str], size_bytes: int, *,
                            chunks: int = 1, dscp: int = 0, tag: str = "hier-allreduce",
-                           channels: int = 1) -> list[Transfer]:
+                           channels: int = 1, slots: int = 8) -> list[Transfer]:
     """Rail-local all-reduce for rail-optimised fabrics.
 
     NCCL's hierarchical scheme reduce-scatters inside each server (NVLink),
@@ -339,7 +358,7 @@ def hierarchical_allreduce(graph: nx.Graph, ranks: Sequence[str], size_bytes: in
         Endpoints; within a rail the ring follows this order.
     size_bytes : int
         Per-rank buffer size.
-    chunks, dscp, tag, channels
+    chunks, dscp, tag, channels, slots
         See the module docstring; rail ``k`` uses tag ``{tag}/rail{k}``.
 
     Raises
@@ -352,7 +371,7 @@ def hierarchical_allreduce(graph: nx.Graph, ranks: Sequence[str], size_bytes: in
     out: list[Transfer] = []
     for (rail, members), share in zip(groups.items(), split_bytes(size_bytes, len(groups))):
         out += ring_allreduce(members, share, chunks=chunks, dscp=dscp,
-                              tag=f"{tag}/rail{rail}", channels=channels)
+                              tag=f"{tag}/rail{rail}", channels=channels, slots=slots)
     return out
 
 

@@ -29,13 +29,16 @@ def sent(transfers: list[Transfer]) -> Counter:
 
 def simulate(transfers: list[Transfer], rate: float = 1.0,
              rates: dict[tuple[str, str], float] | None = None) -> dict[str, tuple[float, float]]:
-    """Tiny discrete-event model: a transfer starts when its deps are done and takes
-    bytes / rate on its own (no contention). Returns id -> (start, end)."""
+    """Tiny discrete-event model: a transfer starts when its deps are done and its
+    link has finished the previous one (in dependency order), and takes bytes /
+    rate. Returns id -> (start, end)."""
     rates = rates or {}
     times: dict[str, tuple[float, float]] = {}
+    free: dict[tuple[str, str], float] = {}
     for t in dependency_order(transfers):
-        start = max((times[d][1] for d in t.after), default=0.0)
+        start = max([times[d][1] for d in t.after] + [free.get((t.src, t.dst), 0.0)])
         times[t.id] = (start, start + t.bytes / rates.get((t.src, t.dst), rate))
+        free[(t.src, t.dst)] = times[t.id][1]
     return times
 
 
@@ -128,10 +131,29 @@ def test_ring_allreduce_dependencies_are_local_and_as_nccl():
     first = ts["ar/ch0/step0/chunk0/r2"]
     assert first.after == () and (first.src, first.dst) == ("h2", "h3")
     t = ts["ar/ch0/step3/chunk0/r2"]
-    # what r2 received at step 2 (from r1), and its own step-2 send
-    assert set(t.after) == {"ar/ch0/step2/chunk0/r1", "ar/ch0/step2/chunk0/r2"}
+    # what r2 received at step 2 (from r1); its own earlier sends hold fewer than 8 slots
+    assert set(t.after) == {"ar/ch0/step2/chunk0/r1"}
     assert t.tag == "ar/step3"
     assert len({t.tag for t in ts.values()}) == 2 * 3
+    one = {t.id: t for t in col.ring_allreduce(ranks, 4000, tag="ar", slots=1)}
+    # one slot: also its own step-2 send, acknowledged
+    assert set(one["ar/ch0/step3/chunk0/r2"].after) == {"ar/ch0/step2/chunk0/r1",
+                                                          "ar/ch0/step2/chunk0/r2"}
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_a_send_waits_for_the_send_slots_places_back(slots):
+    ranks = ranks_of(3)
+    ts = col.ring_allreduce(ranks, 3 * 4 * 100, tag="ar", chunks=4, slots=slots)
+    for r in range(3):
+        mine = [t for t in ts if t.src == ranks[r]]  # in send order
+        for i, t in enumerate(mine):
+            own = {d for d in t.after if d.endswith(f"/r{r}")}
+            assert own == ({mine[i - slots].id} if i >= slots else set())
+    a2a = col.all_to_all(ranks, 3 * 5 * 10, chunks=5, slots=slots)
+    to1 = [t for t in a2a if t.src == "h0" and t.dst == "h1"]
+    assert [t.after for t in to1] == [(to1[i - slots].id,) if i >= slots else ()
+                                      for i in range(5)]
 
 
 def test_ring_part_forwarded_is_the_part_received():
