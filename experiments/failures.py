@@ -335,8 +335,8 @@ def ideal_time_s(graph: nx.Graph, transfers: list[Transfer], base: dict[tuple[st
     down: set = set()
     cap = capacity_at(base, scenario, down, slow_mbps)
     initial = loads(cap)
-    fluid = [ideal.FluidTransfer(t.id, t.bytes, initial[t.id], 0.0, t.after)
-             for t in transfers]
+    fluid = [ideal.FluidTransfer(t.id, t.bytes, initial[t.id], 0.0, t.after,
+                                 queue=t.connection) for t in transfers]
     changes = []
     for at, up, links in sorted(events):
         for link in links:

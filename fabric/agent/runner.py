@@ -6,7 +6,7 @@ not something to share), wait for ``plan.start_at`` while already accepting
 peers, then start every
 transfer this host sends as soon as all its ``after`` transfers are complete
 as seen here (and, with ``after_start``, its compute time has passed since
-the transfer it names started), and stop when everything is complete or at
+the transfer it names started; with ``delay_s``, that long after they completed), and stop when everything is complete or at
 ``start_at + deadline_s``. Unfinished transfers are reported with ``end=None`` and an
 error, never dropped. Everything runs on one thread in one event loop, so
 stopping is closing the loop's sockets; no thread or process outlives it.
@@ -233,12 +233,19 @@ class Agent:
         self.loop.call_later(delay, lambda: None if record.finished else self._start(record))
 
     def _earliest_start(self, record: TransferRecord) -> float | None:
-        """Wall-clock time ``after_start`` allows (0 without one); None before it is known."""
-        if record.transfer.after_start is None:
-            return 0.0
-        ref_id, seconds = record.transfer.after_start
+        """Wall-clock time ``after_start`` and ``delay_s`` allow (0 without them); None
+        before it is known."""
+        t = record.transfer
+        earliest = 0.0
+        if t.delay_s and t.after:
+            # when the last dependency completed here (received, or confirmed sent)
+            ends = [r.end for dep in t.after for r in self.by_id[dep] if r.ok]
+            earliest = max(ends) + t.delay_s
+        if t.after_start is None:
+            return earliest
+        ref_id, seconds = t.after_start
         ref = next(r for r in self.by_id[ref_id] if r.role == SEND)
-        return None if ref.ready is None else ref.ready + seconds
+        return None if ref.ready is None else max(earliest, ref.ready + seconds)
 
     def _resolve(self, record: TransferRecord) -> str | None:
         """Set the record's addresses (the model's rule); the reason if it has none."""

@@ -137,7 +137,8 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     transfers start when they really started; dependent ones the instant their
     last dependency ends in the model, not when they really started (that would
     hand the ideal every real step's delay). Every transfer ends when its last
-    packet has crossed its path store-and-forward (:func:`ideal.store_and_forward_s`).
+    packet has crossed its path store-and-forward (:func:`ideal.store_and_forward_s`),
+    and the transfers of one connection go in order (``Transfer.connection``).
     None when a transfer's path (needed for per-flow routing) was not measured.
     """
     spec = result.plan.transport
@@ -159,5 +160,6 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
         latency = ideal.store_and_forward_s(
             [link_mbps[frozenset(link)] for link in zip(path, path[1:])],
             ideal.last_packet_bytes(spec.kind, spec.mtu_payload, t.bytes))
-        fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after, latency))
+        fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after, latency,
+                                         t.delay_s, t.connection))
     return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))

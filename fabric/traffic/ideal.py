@@ -5,6 +5,8 @@ max-min fair rate given the link capacities (progressive filling). Rates are
 recomputed at every event, so a flow speeds up when the flows beside it
 finish, and a transfer with dependencies starts the instant its last
 dependency ends (a perfect transport has no per-step latency either).
+Transfers on one connection (``queue``) are sent in order, one after the
+other, as a queue pair sends its messages: they do not share its rate.
 
 A transfer loads each directed link it crosses in proportion to its goodput:
 ``wire / payload`` on the links of its data (headers included) and
@@ -20,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Hashable, Mapping, Sequence
 
 import networkx as nx
 
@@ -65,6 +67,8 @@ class FluidTransfer:
     start: float = 0.0
     after: tuple[str, ...] = ()
     latency: float = 0.0
+    delay: float = 0.0  # after its dependencies ended (compute between collectives)
+    queue: Hashable = None  # its connection: one transfer of a queue is sent at a time
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,35 @@ def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
     return rates
 
 
+class _Queues:
+    """Start transfers, one at a time per connection (``FluidTransfer.queue``)."""
+
+    def __init__(self, by_id: Mapping[str, FluidTransfer], spans: dict[str, IdealSpan],
+                 active: set[str]) -> None:
+        self.by_id, self.spans, self.active = by_id, spans, active
+        self.sending: dict[Hashable, str] = {}                    # queue -> its transfer
+        self.waiting: dict[Hashable, list[str]] = defaultdict(list)  # ready, in order
+
+    def begin(self, fid: str, now: float) -> None:
+        """``fid`` is ready at ``now``: it starts, or waits for its connection."""
+        queue = self.by_id[fid].queue
+        if queue is not None:
+            if queue in self.sending:
+                self.waiting[queue].append(fid)
+                return
+            self.sending[queue] = fid
+        self.spans[fid] = IdealSpan(now)
+        self.active.add(fid)
+
+    def sent(self, fid: str, now: float) -> None:
+        """``fid`` sent its last byte at ``now``: its connection goes on with the next."""
+        queue = self.by_id[fid].queue
+        if queue is not None:
+            del self.sending[queue]
+            if self.waiting[queue]:
+                self.begin(self.waiting[queue].pop(0), now)
+
+
 def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
              bits_per_unit: float = 8e-6, changes: Sequence[Change] = ()
              ) -> dict[str, IdealSpan]:
@@ -173,6 +206,7 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
     pending = sorted(changes, key=lambda c: c.at)
     spans: dict[str, IdealSpan] = {}
     active: set[str] = set()
+    queues = _Queues(by_id, spans, active)
     now = min(ready_at.values(), default=0.0)
     while len(spans) < len(transfers) or active:
         while pending and pending[0].at <= now + _EPS:
@@ -181,8 +215,7 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
             load.update(change.loads)
         for fid in [f for f, at in ready_at.items() if at <= now + _EPS]:
             del ready_at[fid]
-            spans[fid] = IdealSpan(now)
-            active.add(fid)
+            queues.begin(fid, now)
         rates = max_min_rates({f: load[f] for f in active}, capacity)
         finish = [(remaining[f] / rates[f] if rates[f] > 0 else math.inf, f) for f in active]
         next_finish = min((dt for dt, _ in finish), default=math.inf)
@@ -197,11 +230,12 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
         now += step
         for f in [f for f in active if remaining[f] <= _EPS * max(1.0, by_id[f].bytes)]:
             active.discard(f)  # its links are free; its last packet is still on the way
+            queues.sent(f, now)
             spans[f].end = end = now + by_id[f].latency
             for child in dependents[f]:
                 waiting[child].discard(f)
                 if not waiting[child]:
-                    ready_at[child] = max(end, by_id[child].start)
+                    ready_at[child] = max(end + by_id[child].delay, by_id[child].start)
     return spans
 
 

@@ -64,6 +64,8 @@ class Transfer:
     ``seconds`` after ``src`` started transfer ``id`` (one it sends): the
     compute phase of a loop, e.g. a dataloader that asks for the next batch
     when a training step starts, and steps take at least their compute time.
+    ``delay_s`` holds it back until ``delay_s`` seconds after its ``after``
+    transfers completed: the compute between two collectives of a replayed job.
     """
 
     id: str
@@ -77,6 +79,13 @@ class Transfer:
     dst_ip: str | None = None
     hops: int = 0
     after_start: tuple[str, float] | None = None
+    delay_s: float = 0.0
+
+    @property
+    def connection(self) -> tuple[str, str, int, int]:
+        """The connection (queue pair) it goes on: sender, receiver (or its address),
+        class and channel. A connection sends its transfers in order."""
+        return (self.src, self.dst_ip or self.dst, self.dscp, self.channel)
 
     @property
     def waits_for(self) -> tuple[str, ...]:
@@ -90,7 +99,7 @@ class TransportSpec:
 
     ``connections``: TCP connections (queue pairs) per peer and channel, a
     transfer is split evenly over them. ``entropy``: ``flow`` keeps one UDP
-    source port per transfer (ECMP-like), ``packet`` varies it per packet
+    source port per connection (ECMP-like), ``packet`` varies it per packet
     over ``entropy_ports`` ports (spraying), ``recycle`` sprays too but sends
     again on the ports whose packets the receiver saw arrive without queueing
     (after REPS) and tries the next port of the pool only when it has none.
@@ -101,6 +110,8 @@ class TransportSpec:
     always sends 1448-byte segments, see ``TCP_ADVERTISED_MSS``).
     ``timeline``: roce receivers report every newly delivered packet's arrival
     and send time (``arrivals``), for delivery timelines around failures.
+    ``buffer_packets``: the switches' queue limit in full-size packets; the roce
+    retransmission timeout stays above a full queue's drain.
     """
 
     kind: str = "tcp"
@@ -111,6 +122,7 @@ class TransportSpec:
     mtu_payload: int = DEFAULT_ROCE_MTU
     cc: str = "swift"
     timeline: bool = False
+    buffer_packets: int = 64
 
     @property
     def packet_bytes(self) -> int:
@@ -138,6 +150,8 @@ class TransportSpec:
         if not ROCE_MTUS[0] <= self.mtu_payload <= ROCE_MTUS[-1]:
             raise ScheduleError(f"mtu_payload must be {ROCE_MTUS[0]}..{ROCE_MTUS[-1]}, "
                                 f"got {self.mtu_payload}")
+        if self.buffer_packets < 1:
+            raise ScheduleError(f"buffer_packets must be >= 1, got {self.buffer_packets}")
         if self.cc not in CONGESTION_CONTROLS:
             raise ScheduleError(f"cc must be one of {CONGESTION_CONTROLS}, got {self.cc!r}")
 
@@ -205,6 +219,8 @@ def validate_schedule(transfers: Iterable[Transfer], hosts: Iterable[str]) -> No
             raise ScheduleError(f"{t.id}: dscp must be 0..63, got {t.dscp}")
         if t.channel < 0:
             raise ScheduleError(f"{t.id}: channel must be >= 0, got {t.channel}")
+        if not 0 <= t.delay_s < float("inf"):
+            raise ScheduleError(f"{t.id}: delay_s must be >= 0, got {t.delay_s}")
         by_id[t.id] = t
     for t in by_id.values():
         for dep in t.after:
@@ -300,7 +316,9 @@ def source_ports(plan: Plan, host: str | None = None) -> dict[str, dict[tuple, t
 
     Returns ``{src: {key: ports}}``: for TCP, key is a connection key (see
     :func:`tcp_connection_keys`) with one port; for roce, key is
-    ``("roce", transfer id)`` with one port (``entropy="flow"``) or
+    ``("roce", transfer id)`` with one port (``entropy="flow"``; the
+    transfers of one connection, same receiver address, class and channel,
+    share it, as the messages of one queue pair share its 5-tuple) or
     ``entropy_ports`` ports (spraying: every transfer of the sender in the
     same class shares one set, whatever its peer, as a NIC sprays over one
     range of entropy values; the destination address is in the hash too, so
@@ -323,8 +341,9 @@ def source_ports(plan: Plan, host: str | None = None) -> dict[str, dict[tuple, t
         elif spec.sprays:
             pool = ("roce-pool", t.dscp)
             wanted = [(("roce", t.id), pool, spec.entropy_ports)]
-        else:
-            wanted = [(("roce", t.id), ("roce", t.id), 1)]
+        else:  # one port per connection: its messages take one path, as a QP's do
+            connection = ("roce", destination_ip(plan, t), t.dscp, t.channel)
+            wanted = [(("roce", t.id), connection, 1)]
         keys.setdefault(t.src, []).extend(wanted)
     ports: dict[str, dict[tuple, tuple[int, ...]]] = {}
     for src, wanted in keys.items():

@@ -30,6 +30,27 @@ def test_two_flows_on_one_link_share_it():
     assert spans["a"].end == pytest.approx(2.0) and spans["b"].end == pytest.approx(2.0)
 
 
+def test_one_connections_transfers_go_in_order_not_side_by_side():
+    # a and b on one queue pair: b waits for a's last byte, then has the link alone;
+    # c, on another connection, shares the link with whichever is sending
+    link = [("x", "y")]
+    spans = simulate([FluidTransfer("a", 10 * MBIT, {link[0]: 1.0}, queue="q"),
+                      FluidTransfer("b", 10 * MBIT, {link[0]: 1.0}, queue="q"),
+                      FluidTransfer("c", 20 * MBIT, {link[0]: 1.0}, queue="other")],
+                     {link[0]: 10.0})
+    assert spans["a"].end == pytest.approx(2.0)
+    assert spans["b"].start == pytest.approx(2.0) and spans["b"].end == pytest.approx(4.0)
+    assert spans["c"].end == pytest.approx(4.0)
+
+
+def test_a_delay_holds_a_dependent_back_after_its_dependency_ended():
+    spans = simulate([_flow("a", [("x", "y")], 10),
+                      FluidTransfer("b", 10 * MBIT, {("y", "x"): 1.0}, after=("a",),
+                                    latency=0.0, delay=0.5)],
+                     {("x", "y"): 10.0, ("y", "x"): 10.0})
+    assert spans["b"].start == pytest.approx(1.5) and spans["b"].end == pytest.approx(2.5)
+
+
 def test_a_flow_with_two_bottlenecks_takes_the_tighter_and_leaves_the_rest():
     rates = max_min_rates({"a": {"l1": 1, "l2": 1}, "b": {"l1": 1}}, {"l1": 10.0, "l2": 4.0})
     assert rates == pytest.approx({"a": 4.0, "b": 6.0})
