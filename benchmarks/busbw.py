@@ -26,6 +26,7 @@ how evenly a sprayed flow's packets spread.
 Usage::
 
     sudo .venv/bin/python benchmarks/busbw.py [SPEC] [--policy spray] [--sizes 0.75,1.5,3,6]
+    sudo .venv/bin/python benchmarks/busbw.py fat-tree --sizes 6 --chunks 1,2,4,8 --slots 8
     sudo .venv/bin/python benchmarks/busbw.py fat-tree --pattern permutation --sizes 1.5,6
 """
 
@@ -58,10 +59,16 @@ def positive_sizes(text: str) -> list[float]:
     return [positive_number()(part) for part in text.split(",")]
 
 
+def counts(text: str) -> list[int]:
+    """``--chunks``: comma-separated integers 1..64."""
+    return [integer(1, 64)(part) for part in text.split(",")]
+
+
 def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
-             transport: TransportSpec, spray: bool, workdir: Path, chunks: int = 1) -> None:
+             transport: TransportSpec, spray: bool, workdir: Path, chunks: int = 1,
+             slots: int = 8) -> None:
     """Run ``pattern`` with ``seconds`` of line rate per flow or rank, each collective step
-    split into ``chunks`` pieces; print a line."""
+    split into ``chunks`` pieces with ``slots`` in flight per connection; print a line."""
     plan = emu.report.rate_plan
     if pattern in ONE_FLOW_PATTERNS:
         transfers, ranks, size = pattern_transfers(emu.graph, pattern, seed, plan.host_mbps,
@@ -70,9 +77,9 @@ def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
     else:
         ranks = rank_hosts(emu.graph, placement="random", seed=seed)
         size = nbytes = int(plan.host_mbps * 1e6 / 8 * seconds)
-        transfers = collectives.generate(pattern, ranks, size, chunks=chunks)
+        transfers = collectives.generate(pattern, ranks, size, chunks=chunks, slots=slots)
     result = run_plan(emu, build_plan(emu, transfers, transport),
-                      workdir / f"{pattern}-{seconds:g}")
+                      workdir / f"{pattern}-{seconds:g}-{chunks}")
     rows = result.transfer_rows()
     spans = {r["id"]: (r["send_start"], r["recv_end"], r["bytes"]) for r in rows}
     measured = norm_throughput(pattern, spans, ranks, size, plan.host_mbps)
@@ -87,7 +94,8 @@ def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
     verdict = ("ok" if not failed and result.complete
                else f"FAILED ({', '.join(failed) or 'incomplete'})")
     unit = "per flow" if size is None else "per rank"
-    line = f"  {seconds:5g} s ({nbytes / 1e6:6.2f} MB {unit}): "
+    line = f"  {seconds:5g} s ({nbytes / 1e6:6.2f} MB {unit}"
+    line += f", {chunks} chunk(s) per step): " if size is not None else "): "
     if measured is None:
         print(line + f"did not finish, fidelity {verdict}")
         return
@@ -107,6 +115,20 @@ def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
              f"step" if steps > 1 else "")
           + f"; fidelity {verdict}")
     print("        " + step_breakdown(rows, transfers, plan.packet_s, transport.mtu_payload))
+    print("        " + nic_time(result, len(ranks)))
+
+
+def nic_time(result: Any, nics: int) -> str:
+    """Where a NIC's time went, mean over the NICs: sending, held by a full window,
+    waiting with messages open (see RoceEngine.totals)."""
+    totals = [agent.get("roce") or {} for agent in result.agents.values()]
+
+    def mean(key: str) -> float:
+        return sum(t.get(key, 0.0) for t in totals) / nics
+
+    return (f"per NIC, mean s: sending {mean('pacer_busy_s'):.2f}, window full "
+            f"{mean('pacer_window_s'):.2f}, waiting with messages open "
+            f"{mean('pacer_waiting_s'):.2f}, late {mean('pacer_late_s'):.2f}")
 
 
 def step_breakdown(rows: list[dict[str, Any]], transfers: list[Any], packet_s: float,
@@ -160,9 +182,12 @@ def main() -> None:
     parser.add_argument("--sizes", type=positive_sizes, default=[0.75, 1.5, 3.0, 6.0],
                         help="buffer per rank (one-flow patterns: bytes per flow), in "
                              "seconds of the host link at line rate")
-    parser.add_argument("--chunks", type=integer(1, 64), default=1,
-                        help="pieces per step: a rank sends the next piece while the "
-                             "previous one is still unacknowledged (default 1)")
+    parser.add_argument("--chunks", type=counts, default=[1],
+                        help="pieces per step, a comma-separated list to compare on one "
+                             "bring-up: a rank forwards each piece as soon as it arrived "
+                             "(default 1)")
+    parser.add_argument("--slots", type=integer(1, 64), default=8,
+                        help="pieces in flight per connection (NCCL_STEPS; default 8)")
     parser.add_argument("--seed", type=int, default=0, help="rank placement, permutation")
     parser.add_argument("--spray-entropy", choices=("packet", "recycle"), default="recycle",
                         help="how spraying senders pick source ports (as collisions)")
@@ -172,7 +197,7 @@ def main() -> None:
     parser.add_argument("--host-mbps", type=positive_number(),
                         help="host link rate (default: what collisions would pick)")
     args = parser.parse_args()
-    if args.chunks > 1 and args.pattern in ONE_FLOW_PATTERNS:
+    if max(args.chunks) > 1 and args.pattern in ONE_FLOW_PATTERNS:
         parser.error(f"argument --chunks: {args.pattern} has no steps to split")
     graph = topologies.build(args.spec)
     transport = TransportSpec("roce", cc=args.cc,
@@ -184,13 +209,14 @@ def main() -> None:
     with Emulation(graph, EmulationOptions(policy=args.policy, host_mbps=rate,
                                            packet_bytes=transport.packet_bytes)) as emu:
         plan = emu.report.rate_plan
-        steps = f" in {args.chunks} chunk(s) per step" if args.pattern in COLLECTIVES else ""
+        steps = f", {args.slots} slot(s) per connection" if args.pattern in COLLECTIVES else ""
         print(f"{args.spec}, {args.pattern}{steps}, {args.policy}, "
               f"{args.cc}, {plan.host_mbps:g} Mbit/s per host (a packet takes "
               f"{plan.packet_s * 1e3:.1f} ms):")
         for seconds in args.sizes:
-            one_size(emu, args.pattern, args.seed, seconds, transport, args.policy != "ecmp",
-                     workdir, args.chunks)
+            for chunks in args.chunks:
+                one_size(emu, args.pattern, args.seed, seconds, transport,
+                         args.policy != "ecmp", workdir, chunks, args.slots)
 
 
 if __name__ == "__main__":

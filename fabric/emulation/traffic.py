@@ -130,6 +130,8 @@ def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSp
     validate_schedule(transfers, hosts)
     if transport.rate_mbps is None:  # pace at the emulated host link rate
         transport = replace(transport, rate_mbps=emu.report.rate_plan.host_mbps)
+    # the transport's timeout floor follows the switches' buffer
+    transport = replace(transport, buffer_packets=emu.options.queue_pkts)
     transfers = [t if t.dst_ip or len(graph.nodes[t.dst]["nics"]) == 1
                  else replace(t, dst_ip=nearest_nic_ip(graph, t.src, t.dst)) for t in transfers]
     transfers = [t if t.hops else replace(t, hops=path_links(graph, t.src, t.dst))

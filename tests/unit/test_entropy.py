@@ -50,8 +50,25 @@ def test_the_receiver_echoes_the_ports_of_packets_that_did_not_queue():
         qp.on_data(psn, 1000, False, 0.0, owd_us=owd, echo_port=port)
     # base 2000 us: 5000 came before the base was known (3000 - 3000 <= 500 then)
     ack = bth.parse_ack(qp.make_ack())
-    assert ack.echo == (5000, 5001, 5002) and qp.base_owd_us == 2000
+    assert ack.echo == (5000, 5001, 5002) and qp.inbound.base_owd_us == 2000
     assert bth.parse_ack(qp.make_ack()).echo == ()  # echoed once
+
+
+def test_a_connections_messages_judge_queueing_by_the_base_all_of_them_saw():
+    from fabric.agent.roce.recv import Inbound
+
+    inbound = Inbound()
+    first = RecvQP(0x101, 2 * 1000, 1000, echo_excess_us=500, inbound=inbound)
+    first.on_data(0, 1000, False, 0.0, owd_us=2000, echo_port=5000)
+    # every packet of the next message queued: alone it would take 4000 us for its base
+    second = RecvQP(0x102, 2 * 1000, 1000, echo_excess_us=500, inbound=inbound)
+    for psn in range(2):
+        second.on_data(psn, 1000, False, 0.0, owd_us=4000, echo_port=5001 + psn)
+    assert bth.parse_ack(second.make_ack()).echo == ()
+    alone = RecvQP(0x103, 2 * 1000, 1000, echo_excess_us=500)
+    for psn in range(2):
+        alone.on_data(psn, 1000, False, 0.0, owd_us=4000, echo_port=5001 + psn)
+    assert bth.parse_ack(alone.make_ack()).echo == (5001, 5002)
 
 
 def test_an_ack_carries_the_mean_delay_of_the_packets_since_the_last_one():

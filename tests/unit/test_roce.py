@@ -337,6 +337,14 @@ def test_the_timeout_floor_outlasts_a_full_default_switch_buffer():
                                 lambda r: None, lambda r, e: None)
             assert engine.qp_cc.min_rto_s > DEFAULT_QUEUE_PKTS * engine.packet_time
             engine.close()
+        for buffer in (16, 64, 256, 1024):  # --queue-pkts: the floor follows the buffer
+            spec = TransportSpec(kind="roce", rate_mbps=10, buffer_packets=buffer)
+            engine = RoceEngine(loop, spec, ["127.0.0.1"], lambda r: None, lambda r, e: None)
+            cc = engine.qp_cc
+            assert cc.min_rto_s > buffer * engine.packet_time
+            assert cc.min_rto_s >= 100 * engine.packet_time  # never below the default's
+            assert cc.max_rto_s >= 2.5 * cc.min_rto_s - 1e-12
+            engine.close()
     finally:
         loop.close()
 
@@ -597,7 +605,12 @@ def test_a_senders_sprayed_transfers_in_one_class_share_their_entropy_ports():
     # another traffic class: its own set
     assert not set(ports[("roce", "s1")]) & set(ports[("roce", "s4")])
     per_flow = source_ports(Plan(transfers, hosts, TransportSpec("roce")))["a"]
-    assert len({per_flow[("roce", t.id)] for t in transfers}) == 4   # one port each
+    # one port per connection: s1 and s2 are messages of one (same peer, class, channel)
+    assert per_flow[("roce", "s1")] == per_flow[("roce", "s2")]
+    assert len({per_flow[("roce", t.id)] for t in transfers}) == 3
+    channel1 = Transfer("s5", "a", "b", 10, channel=1)
+    other = source_ports(Plan(transfers + [channel1], hosts, TransportSpec("roce")))["a"]
+    assert other[("roce", "s5")] != other[("roce", "s1")]
 
 
 def test_too_many_entropy_ports_is_a_schedule_error():
@@ -623,7 +636,7 @@ def test_sprayed_sockets_are_opened_before_the_start():
         (pool,) = engine.pools.values()
         assert sorted(sock.getsockname()[1] for sock in pool) == list(ports)
         engine.start_send(records[1], time.monotonic())
-        assert engine.senders[0x101].sockets is pool
+        assert engine.senders[0x101].conn.sockets is pool
     finally:
         engine.close()
 
@@ -641,8 +654,8 @@ def test_a_sprayed_pool_serves_every_peer_unconnected():
             record.src_ip, record.dst_ip = "127.0.0.1", dst
             engine.start_send(record, time.monotonic())
         (pool,) = engine.pools.values()
-        assert all(engine.senders[r.qpn].sockets is pool for r in records)
-        assert [engine.senders[r.qpn].dest for r in records] == [("127.0.0.2", 4791),
+        assert all(engine.senders[r.qpn].conn.sockets is pool for r in records)
+        assert [engine.senders[r.qpn].conn.dest for r in records] == [("127.0.0.2", 4791),
                                                                  ("127.0.0.3", 4791)]
         for sock in pool:
             with pytest.raises(OSError):
@@ -810,10 +823,86 @@ def test_a_plan_with_smaller_packets_than_the_rates_were_planned_for_is_refused(
     a, b = fg.endpoints(graph)[:2]
     roce = TransportSpec("roce")
     emu = SimpleNamespace(graph=graph, report=SimpleNamespace(
-        rate_plan=plan_rates(graph, 3.0, packet_bytes=roce.packet_bytes)))
+        rate_plan=plan_rates(graph, 3.0, packet_bytes=roce.packet_bytes)),
+        options=SimpleNamespace(queue_pkts=128))
     transfers = [Transfer("t", a, b, 10_000)]
     assert build_plan(emu, transfers, roce).transport.rate_mbps == 3.0
+    assert build_plan(emu, transfers, roce).transport.buffer_packets == 128  # --queue-pkts
     with pytest.raises(ScheduleError, match="4140-byte packets"):
         build_plan(emu, transfers, TransportSpec("tcp"))
     with pytest.raises(ScheduleError, match="4140-byte packets"):
         build_plan(emu, transfers, TransportSpec("roce", mtu_payload=1024))
+
+
+# --- one connection, many messages ------------------------------------------------
+
+def _ack(qp: SendQP, cum: int, trigger: int) -> bth.Ack:
+    return bth.Ack(qp.qpn, cum, 0, bth.ACK_KIND, trigger, 0, 0, b"")
+
+
+def test_the_messages_of_a_connection_share_one_window():
+    from fabric.agent.roce.send import CcConfig, Window
+
+    window = Window(CcConfig(init_cwnd=4.0))
+    first = SendQP(0x100, 3 * 1000, 1000, window=window)
+    second = SendQP(0x101, 3 * 1000, 1000, window=window)
+    for _ in range(3):
+        first.next_packet(0.0)
+    assert second.can_send(0.0)
+    second.next_packet(0.0)
+    # four packets in flight over both: the window is full for either message
+    assert window.inflight == 4 and not second.can_send(0.0) and not first.can_send(0.0)
+    first.on_ack(_ack(first, 3, 2), 0.01)
+    assert window.inflight == 1 and second.can_send(0.01)
+    assert first.cwnd is second.cwnd or first.cwnd == second.cwnd == window.cwnd
+
+
+def test_a_later_message_finds_an_earlier_ones_lost_tail():
+    """RACK over the connection: the tail of one message is declared lost once a packet of
+    the next, sent after it, is delivered and the reordering allowance passed: no
+    timeout (a message of a few packets has no later packet of its own)."""
+    from fabric.agent.roce.send import LOST, CcConfig, Window
+
+    cc = CcConfig(init_cwnd=16.0, min_rto_s=10.0, init_rto_s=10.0, max_rto_s=20.0,
+                  min_reorder_s=0.001)
+    window = Window(cc)
+    first = SendQP(0x100, 2 * 1000, 1000, window=window)
+    second = SendQP(0x101, 2 * 1000, 1000, window=window)
+    first.next_packet(0.0)
+    first.next_packet(0.0)        # its last packet: lost in the fabric
+    second.next_packet(0.001)
+    first.on_ack(_ack(first, 1, 0), 0.01)   # first's packet 0, an RTT sample
+    second.on_ack(_ack(second, 1, 0), 0.011)  # second's packet 0, sent after first's tail
+    deadline = first.deadline()
+    assert deadline is not None and deadline < 1.0  # far below the 10 s timeout
+    first.on_timer(deadline + 1e-6)
+    assert first.state[1] == LOST and first.rto_count == 0 and first.can_send(deadline)
+
+
+def test_alone_a_message_waits_for_the_timeout_for_its_tail():
+    from fabric.agent.roce.send import CcConfig
+
+    cc = CcConfig(init_cwnd=16.0, min_rto_s=10.0, init_rto_s=10.0, max_rto_s=20.0)
+    qp = SendQP(0x100, 2 * 1000, 1000, cc)
+    qp.next_packet(0.0)
+    qp.next_packet(0.0)
+    qp.on_ack(_ack(qp, 1, 0), 0.01)
+    assert qp.deadline() == pytest.approx(10.0)
+
+
+def test_a_connection_sends_its_oldest_message_first():
+    from fabric.agent.roce.engine import _Connection, _Sender
+    from fabric.agent.roce.entropy import EntropyChoice
+    from fabric.agent.roce.send import CcConfig, Window
+
+    window = Window(CcConfig(init_cwnd=8.0))
+    conn = _Connection(window, [], None, EntropyChoice([1]), [1])
+    old, new = (_Sender(TransferRecord(Transfer(f"t{i}", "a", "b", 2000), SEND),
+                        SendQP(0x100 + i, 2000, 1000, window=window), conn) for i in range(2))
+    conn.senders.extend([old, new])
+    assert conn.ready(0.0) is old
+    old.qp.next_packet(0.0)
+    old.qp.next_packet(0.0)
+    assert conn.ready(0.0) is new   # the old one has nothing left to send
+    window.cwnd = 2.0
+    assert conn.ready(0.0) is None  # both of its packets fill the shared window

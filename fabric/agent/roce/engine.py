@@ -49,8 +49,8 @@ from fabric.agent.roce import bth
 from fabric.agent.roce.cc import SwiftParams, make_control
 from fabric.agent.roce.entropy import EntropyChoice
 from fabric.agent.roce.pacing import TokenBucket, bucket_for
-from fabric.agent.roce.recv import RecvQP
-from fabric.agent.roce.send import CcConfig, SendQP
+from fabric.agent.roce.recv import Inbound, RecvQP
+from fabric.agent.roce.send import CcConfig, SendQP, Window
 from fabric.traffic.model import ROCE_PORT, TransportSpec
 
 _BTH = struct.Struct("!BBHII")
@@ -111,12 +111,14 @@ class PacketTimes:
     """
 
     ack_delay: float = 4.0    # longest an arrival waits for its (coalesced) ACK
-    # retransmission timeout floor (and first value): above a full 64-packet switch
-    # buffer (the default) on top of the path's round trip, as a real NIC's timeout
-    # (ms) is far above any queue's drain (us); at 50, ECMP flows queued behind a full
-    # buffer timed out and resent their window without a loss
+    # retransmission timeout floor (and first value): a full switch buffer's drain
+    # (the plan's ``buffer_packets``) plus this, for the path's round trip, and at
+    # least ``min_rto``: a real NIC's timeout (ms) is far above any queue's drain
+    # (us); at 50 with 64-packet buffers, ECMP flows queued behind a full buffer
+    # timed out and resent their window without a loss
+    rto_above_buffer: float = 36.0
     min_rto: float = 100.0
-    max_rto: float = 250.0
+    max_rto: float = 250.0    # at least 2.5 times the floor
     min_reorder: float = 12.0  # floor of the loss detector's reordering allowance
     burst: float = 2.0        # pacer bucket depth (at least 2 packets)
     cnp_interval: float = 20.0  # dcqcn: shortest gap between a queue pair's CNPs
@@ -145,26 +147,58 @@ class RoceConfig:
     wake_packets: int = 2
 
 
-class _Sender:
-    """Runtime of one send QP: its sockets, destination, pacer and port order."""
+class _Connection:
+    """One queue pair between two NICs in a class and channel, as NCCL keeps them: its
+    sockets, the window its messages share, the order of its source ports, and the
+    messages it carries (oldest first: a connection sends in order)."""
 
-    __slots__ = ("record", "qp", "sockets", "pacer", "entropy", "dest")
+    __slots__ = ("window", "sockets", "dest", "pacer", "entropy", "ports", "senders")
 
-    def __init__(self, record: TransferRecord, qp: SendQP, sockets: list[socket.socket],
-                 pacer: "_Pacer", entropy: EntropyChoice,
+    def __init__(self, window: Window, sockets: list[socket.socket], pacer: "_Pacer",
+                 entropy: EntropyChoice, ports: list[int],
                  dest: tuple[str, int] | None = None) -> None:
-        self.record = record
-        self.qp = qp
+        self.window = window
         # connected to the receiver's (address, 4791), or (a sprayed pool shared by the
         # sender's peers) unconnected, sending to ``dest``
         self.sockets = sockets
+        self.dest = dest
         self.pacer = pacer
         self.entropy = entropy
-        self.dest = dest
+        self.ports = ports
+        self.senders: deque[_Sender] = deque()
+
+    def ready(self, now: float) -> "_Sender | None":
+        """The oldest message the window lets send a packet now, if any."""
+        if self.window.full:
+            return None
+        for sender in self.senders:
+            if sender.qp.can_send(now):
+                return sender
+        return None
+
+    def paced_until(self, now: float) -> float | None:
+        """When pacing lets the oldest message with a packet waiting go on, if only
+        pacing holds it."""
+        for sender in self.senders:
+            if sender.qp.has_packet():
+                return sender.qp.paced_until(now)
+        return None
+
+
+class _Sender:
+    """Runtime of one message (send QP) on its connection."""
+
+    __slots__ = ("record", "qp", "conn", "recycled")
+
+    def __init__(self, record: TransferRecord, qp: SendQP, conn: _Connection) -> None:
+        self.record = record
+        self.qp = qp
+        self.conn = conn
+        self.recycled = 0  # packets sent on a port the receiver echoed
 
 
 class _Pacer:
-    """A NIC's token bucket, the senders taking turns on it, and when the NIC is free.
+    """A NIC's token bucket, the connections taking turns on it, and when the NIC is free.
 
     ``free_at`` follows the NIC's own shaped queue: a burst the pacer lets go in
     one wake-up leaves it a packet time apart, and each data packet is stamped
@@ -179,15 +213,29 @@ class _Pacer:
     share of the NIC's sending time the emulation, not the transport, took.
     """
 
-    __slots__ = ("bucket", "active", "free_at", "planned", "late_s", "busy_s")
+    __slots__ = ("bucket", "active", "free_at", "planned", "late_s", "busy_s", "held_s",
+                 "state", "since")
 
     def __init__(self, bucket: TokenBucket) -> None:
         self.bucket = bucket
-        self.active: deque[_Sender] = deque()
+        self.active: deque[_Connection] = deque()
         self.free_at = 0.0  # monotonic
         self.planned: float | None = None  # monotonic
         self.late_s = 0.0
         self.busy_s = 0.0
+        # time the NIC could have sent but its connections' windows were full ("window")
+        # or it had messages open and nothing to send ("waiting": every packet sent
+        # and not yet acknowledged, or their successors waiting for their inputs)
+        self.held_s = {"window": 0.0, "waiting": 0.0}
+        self.state: str | None = None
+        self.since = 0.0
+
+    def account(self, now: float, state: str | None) -> None:
+        """The NIC is in ``state`` (a key of ``held_s``, or None: sending or idle)
+        from ``now``."""
+        if self.state is not None:
+            self.held_s[self.state] += now - self.since
+        self.state, self.since = state, now
 
     def departs(self, wire_bytes: int) -> float:
         """Queue ``wire_bytes`` on the NIC; return when they start to leave (monotonic)."""
@@ -240,6 +288,7 @@ class RoceEngine(Engine):
         self.senders: dict[int, _Sender] = {}
         self._active: dict[int, _Sender] = {}  # senders not yet finished (timers to run)
         self.receivers: dict[int, tuple[TransferRecord, RecvQP]] = {}
+        self._inbound: dict[tuple, Inbound] = {}  # connection -> what its messages share
         # receive QP -> (listener, its NIC address, the data's source, TOS) to answer with
         self._reply: dict[int, tuple[socket.socket, str, tuple[str, int], int]] = {}
         self._ack_pending: dict[int, RecvQP] = {}
@@ -249,17 +298,17 @@ class RoceEngine(Engine):
         self._due: float | None = None
         self._dirty = True
         self._own: set[socket.socket] = set()  # every socket we opened, until closed
-        # per-packet entropy: (src, dst, dscp, ports) -> sockets shared by its transfers,
-        # and where in a pool the next transfer goes on: each transfer of a collective is
-        # a few dozen packets, and starting every one at the pool's first port would
-        # spray them all over the same few ports, hence the same few paths
+        # per-packet entropy: (src, dscp, ports) -> sockets shared by the connections of
+        # one class, and where in a pool the next connection starts: starting every one
+        # at the pool's first port would spray them all in step over the same ports
         self.pools: dict[tuple, list[socket.socket]] = {}
         self._pool_next: dict[int, int] = {}
-        # id(pool) -> its ports and their indices, taken once: every transfer of a
-        # collective step would otherwise ask the kernel for hundreds of socket names
+        # id(pool) -> its ports and their indices, taken once: every connection would
+        # otherwise ask the kernel for hundreds of socket names
         self._pool_ports: dict[int, tuple[list[int], dict[int, int]]] = {}
-        # (src, dst, dscp, channel) -> congestion state a finished transfer leaves
-        self._connections: dict[tuple, tuple] = {}
+        # (src, dst, dscp, channel) -> the connection: a transfer goes on with the window,
+        # delay estimates, RTT and port order its connection has, not from scratch
+        self.connections: dict[tuple, _Connection] = {}
         # qpn -> (arrival, send) wall-clock pairs of newly delivered packets, flattened
         self.arrivals: dict[int, array] | None = {} if spec.timeline else None
         self._allocate_buffers(spec.mtu_payload)
@@ -276,9 +325,11 @@ class RoceEngine(Engine):
         self.line_rate = rate * 1e6 / 8  # bytes/s, counted as the pacer counts them
         self.ecn = spec.cc == "dcqcn"
         timers = config.timers
-        self.qp_cc = replace(config.cc, min_rto_s=timers.min_rto * self.packet_time,
-                             init_rto_s=timers.min_rto * self.packet_time,
-                             max_rto_s=timers.max_rto * self.packet_time,
+        min_rto = max(timers.min_rto, spec.buffer_packets + timers.rto_above_buffer)
+        max_rto = max(timers.max_rto, 2.5 * min_rto)
+        self.qp_cc = replace(config.cc, min_rto_s=min_rto * self.packet_time,
+                             init_rto_s=min_rto * self.packet_time,
+                             max_rto_s=max_rto * self.packet_time,
                              min_reorder_s=timers.min_reorder * self.packet_time)
         self.ack_delay_s = timers.ack_delay * self.packet_time
         if config.wake_packets < 1:
@@ -327,7 +378,8 @@ class RoceEngine(Engine):
             self.loop.register(sock, 1, functools.partial(self._on_listener, sock, address))
 
     def _sender_sockets(self, record: TransferRecord) -> list[socket.socket]:
-        """Sockets on the planned source ports, connected to the receiver.
+        """Sockets on the planned source ports, connected to the receiver (a
+        connection's, open until the engine closes).
 
         With per-packet entropy every transfer from the same address in the
         same class gets the same planned ports, whatever its receiver: their
@@ -383,10 +435,11 @@ class RoceEngine(Engine):
         # permutation's packets on a k=4 fat-tree, so its ports were mostly taken in
         # turn and split as the hash split them: busiest uplink 0.53 of its switch's)
         echo_excess = SwiftParams().allowance(record.transfer.hops)
+        inbound = self._inbound.setdefault(record.transfer.connection, Inbound())
         qp = RecvQP(record.qpn, record.transfer.bytes, self.spec.mtu_payload,
                     self.config.ack_every, self.ack_delay_s,
                     round(echo_excess * self.packet_time * 1e6),
-                    self.config.timers.cnp_interval * self.packet_time)
+                    self.config.timers.cnp_interval * self.packet_time, inbound)
         self.receivers[record.qpn] = (record, qp)
 
     def prepare_send(self, record: TransferRecord) -> None:
@@ -399,66 +452,77 @@ class RoceEngine(Engine):
                 pass
 
     def start_send(self, record: TransferRecord, now: float) -> None:
-        """Open the queue pair of ``record`` (src_ip/dst_ip set) and start pacing it."""
+        """Open the queue pair of ``record`` (src_ip/dst_ip set) on its connection and
+        start pacing it."""
         t = record.transfer
         assert record.src_ip and record.dst_ip
         try:
-            sockets = self._sender_sockets(record)
+            conn = self._connection(record, now)
         except OSError as exc:
             self.on_fail(record, f"cannot open UDP sockets on {record.src_ip}: {exc}")
             return
-        # one connection per peer, class and channel, as NCCL keeps its queue pairs: a
-        # transfer starts with the window, delay estimates and RTT its predecessor on the
-        # connection ended with, not from scratch
-        connection = (record.src_ip, record.dst_ip, t.dscp, t.channel)
-        kept = self._connections.get(connection)
-        control = kept[0] if kept else make_control(self.spec.cc, self.packet_time,
-                                                     self.qp_cc.max_cwnd, t.hops,
-                                                     self.line_rate, time.monotonic())
-        qp = SendQP(record.qpn, t.bytes, self.spec.mtu_payload, self.qp_cc, control)
-        if kept:
-            qp.cwnd, qp.srtt, qp.rttvar, qp.rto = kept[1:]
-        pacer = self._pacer(record.src_ip, now)
+        qp = SendQP(record.qpn, t.bytes, self.spec.mtu_payload, window=conn.window)
+        sender = _Sender(record, qp, conn)
+        self.senders[record.qpn] = sender
+        self._active[record.qpn] = sender
+        if not conn.senders:
+            conn.pacer.active.append(conn)
+        conn.senders.append(sender)
+        self._dirty = True
+        record.start = time.time()
+        record.extra["src_ports"] = conn.ports
+        record.extra["first_port"] = conn.entropy.rot  # index in src_ports of its first packet
+
+    def _connection(self, record: TransferRecord, now: float) -> _Connection:
+        """The connection ``record`` goes on (one per peer, class and channel, as NCCL
+        keeps its queue pairs), opened with its first transfer."""
+        t = record.transfer
+        key = (record.src_ip, record.dst_ip, t.dscp, t.channel)
+        conn = self.connections.get(key)
+        if conn is not None:
+            return conn
+        sockets = self._sender_sockets(record)
         known = self._pool_ports.get(id(sockets))
         if known is None:
             ports = [sock.getsockname()[1] for sock in sockets]
             known = ports, {port: i for i, port in enumerate(ports)}
             if sockets in self.pools.values():
                 self._pool_ports[id(sockets)] = known
-        ports = known[0]
-        entropy = EntropyChoice(ports, self._pool_next.get(id(sockets), 0),
-                                recycle=self.spec.entropy == "recycle", index_of=known[1])
-        sender = _Sender(record, qp, sockets, pacer, entropy,
-                         (record.dst_ip, self.config.port) if self.spec.sprays else None)
-        self.senders[record.qpn] = sender
-        self._active[record.qpn] = sender
-        pacer.active.append(sender)
-        self._dirty = True
-        record.start = time.time()
-        record.extra["src_ports"] = ports
-        record.extra["first_port"] = entropy.rot  # index in src_ports of its first packet
+        start = self._pool_next.get(id(sockets), 0)
+        self._pool_next[id(sockets)] = start + 1
+        entropy = EntropyChoice(known[0], start, recycle=self.spec.entropy == "recycle",
+                                index_of=known[1])
+        control = make_control(self.spec.cc, self.packet_time, self.qp_cc.max_cwnd, t.hops,
+                               self.line_rate, time.monotonic())
+        conn = _Connection(Window(self.qp_cc, control), sockets, self._pacer(record.src_ip, now),
+                           entropy, known[0],
+                           (record.dst_ip, self.config.port) if self.spec.sprays else None)
+        self.connections[key] = conn
+        return conn
 
     # -- data path ---------------------------------------------------------------------
     def _send_data(self, sender: _Sender, now: float) -> int:
-        qp = sender.qp
+        qp, conn = sender.qp, sender.conn
         psn, opcode, ackreq, length = qp.next_packet(now)
         pad = -length % 4
         size = bth.BTH_LEN + length + pad + bth.ICRC_LEN
-        entropy = sender.entropy
+        entropy = conn.entropy
         flags = ((opcode == bth.SEND_LAST or opcode == bth.SEND_ONLY) << 7) | (pad << 4)
         if entropy.recycling:
             flags |= bth.ECHO_FLAG
         _BTH.pack_into(self._tx, 0, opcode, flags, bth.PKEY_DEFAULT, qp.qpn,
                        (ackreq << 31) | (psn & bth.PSN_MASK))
-        departs = sender.pacer.departs(size + _WIRE_EXTRA)
+        departs = conn.pacer.departs(size + _WIRE_EXTRA)
         if length >= _SEND_TIME.size:
             _SEND_TIME.pack_into(self._tx, bth.BTH_LEN, int(departs * 1e9))
-        sock = sender.sockets[entropy.next()]
+        if entropy.recycled:
+            sender.recycled += 1
+        sock = conn.sockets[entropy.next()]
         try:
-            if sender.dest is None:
+            if conn.dest is None:
                 sock.send(self._txview[:size])
             else:
-                sock.sendto(self._txview[:size], sender.dest)
+                sock.sendto(self._txview[:size], conn.dest)
         except OSError:
             # a full socket buffer or a pending ICMP error: the packet did not
             # leave, which loss detection repairs like any other loss
@@ -487,10 +551,12 @@ class RoceEngine(Engine):
                 self.bad_packets += 1
                 continue
             sender = self.senders.get(ack.dqpn)
-            if sender is None or sender.record.finished:
-                continue  # a late ACK of a finished transfer
-            if ack.echo:
-                sender.entropy.echoed(ack.echo)
+            if sender is None:
+                continue
+            if ack.echo:  # the connection's, even in a late ACK of a finished message
+                sender.conn.entropy.echoed(ack.echo)
+            if sender.record.finished:
+                continue
             qp = sender.qp
             qp.on_ack(ack, time.monotonic())
             if qp.done:
@@ -506,12 +572,13 @@ class RoceEngine(Engine):
         record.end = time.time()
         record.bytes = qp.bytes_acked
         close = bth.ack_packet(qp.qpn, qp.count & bth.PSN_MASK, 1, bth.CLOSE_KIND, 0, 0, 0)
-        sock = sender.sockets[sender.entropy.rot]
+        conn = sender.conn
+        sock = conn.sockets[conn.entropy.rot]
         try:
-            if sender.dest is None:
+            if conn.dest is None:
                 sock.send(close)
             else:
-                sock.sendto(close, sender.dest)
+                sock.sendto(close, conn.dest)
         except OSError:
             self.send_errors += 1  # the receiver then stops after its linger time
         self._retire(sender)
@@ -519,21 +586,16 @@ class RoceEngine(Engine):
 
     def _retire(self, sender: _Sender) -> None:
         self._active.pop(sender.qp.qpn, None)
-        qp, t = sender.qp, sender.record.transfer
-        if qp.srtt is not None:
-            self._connections[(sender.record.src_ip, sender.record.dst_ip, t.dscp,
-                               t.channel)] = (qp.control, qp.cwnd, qp.srtt, qp.rttvar, qp.rto)
+        conn = sender.conn
         try:
-            sender.pacer.active.remove(sender)
+            conn.senders.remove(sender)
         except ValueError:
-            pass
-        if sender.sockets in self.pools.values():
-            self._pool_next[id(sender.sockets)] = sender.entropy.rot
-            return  # a shared pool: closed with the engine
-        for sock in sender.sockets:
-            self.loop.unregister(sock)
-            sock.close()
-            self._own.discard(sock)
+            return
+        # a failed message's packets in flight no longer hold the connection's window
+        conn.window.inflight -= sender.qp.inflight
+        sender.qp.inflight = 0
+        if not conn.senders:  # idle: out of its NIC's turns until its next message
+            conn.pacer.active.remove(conn)
 
     def _on_listener(self, sock: socket.socket, nic: str, _mask: int) -> None:
         rx = self._rx
@@ -665,6 +727,7 @@ class RoceEngine(Engine):
         for pacer in self.pacers.values():
             active = pacer.active
             if not active:
+                pacer.account(now, None)
                 continue
             bucket = pacer.bucket
             tokens = bucket.refill(now)
@@ -676,9 +739,10 @@ class RoceEngine(Engine):
                 planned = None
             idle, size = 0, len(active)
             while tokens > 0 and idle < size:
-                sender = active[0]
+                conn = active[0]
                 active.rotate(-1)
-                if sender.qp.can_send(now):
+                sender = conn.ready(now)
+                if sender is not None:
                     idle = 0
                     if planned is not None:
                         pacer.sending(now, planned)
@@ -687,15 +751,16 @@ class RoceEngine(Engine):
                     sent.add(sender)
                 else:
                     idle += 1
-                    paced = sender.qp.paced_until(now)
+                    paced = conn.paced_until(now)
                     if paced is not None and (wake is None or paced < wake):
                         wake = paced
             bucket.tokens = tokens
+            pacer.account(now, None if tokens <= 0 else self._held(active))
             if tokens <= 0:
                 ready = bucket.ready_at(now, self._wake_reserve)
                 # a plan only when the tokens, not the windows, hold the senders back: a
                 # send that waits for an ACK is the transport's, however late it comes
-                if any(s.qp.can_send(ready) for s in active):
+                if any(conn.ready(ready) for conn in active):
                     pacer.planned = ready
                 if wake is None or ready < wake:
                     wake = ready
@@ -704,6 +769,14 @@ class RoceEngine(Engine):
             if due is not None and (wake is None or due < wake):
                 wake = due
         return wake
+
+    @staticmethod
+    def _held(active: deque[_Connection]) -> str:
+        """Why a NIC with tokens left sent nothing more (see ``_Pacer.held_s``)."""
+        for conn in active:
+            if conn.window.full and any(s.qp.has_packet() for s in conn.senders):
+                return "window"
+        return "waiting"
 
     def _send_due_acks(self, now: float, wake: float | None) -> float | None:
         """Send the delayed ACKs that are due; return ``wake`` or the next one, if earlier."""
@@ -753,7 +826,7 @@ class RoceEngine(Engine):
                 delay_cuts=getattr(qp.control, "decreases", None),
                 rate_final_mbps=(round(qp.control.rate * 8 / 1e6, 3) if qp.rate_paced
                                  else None),
-                entropy_ports=sender.entropy.count, recycled_packets=sender.entropy.reused)
+                entropy_ports=sender.conn.entropy.count, recycled_packets=sender.recycled)
         for record, qp in self.receivers.values():
             record.bytes = qp.bytes
             record.extra.update(qpn=qp.qpn, packets=qp.count, **qp.counters(),
@@ -766,8 +839,9 @@ class RoceEngine(Engine):
 
     def totals(self) -> dict[str, float]:
         """Counters summed over the agent's queue pairs (call after :meth:`snapshot`),
-        and the NICs' wire time busy and lost to the agent's lateness
-        (``pacer_busy_s``, ``pacer_late_s``, see :class:`_Pacer`)."""
+        and the NICs' wire time busy, lost to the agent's lateness, held by full windows
+        and waiting for something to send while messages were open (``pacer_busy_s``,
+        ``pacer_late_s``, ``pacer_window_s``, ``pacer_waiting_s``, see :class:`_Pacer`)."""
         send = [s.qp for s in self.senders.values()]
         recv = [qp for _, qp in self.receivers.values()]
         totals = Counter(dict.fromkeys(SendQP.COUNTERS + RecvQP.COUNTERS, 0))
@@ -777,8 +851,11 @@ class RoceEngine(Engine):
                       bytes_received=sum(q.bytes for q in recv), unknown_qp=self.unknown_qp,
                       bad_packets=self.bad_packets, send_errors=self.send_errors,
                       icmp_errors=self.icmp_errors)
-        totals.update(pacer_busy_s=round(sum(p.busy_s for p in self.pacers.values()), 6),
-                      pacer_late_s=round(sum(p.late_s for p in self.pacers.values()), 6))
+        pacers = self.pacers.values()
+        totals.update(pacer_busy_s=round(sum(p.busy_s for p in pacers), 6),
+                      pacer_late_s=round(sum(p.late_s for p in pacers), 6),
+                      pacer_window_s=round(sum(p.held_s["window"] for p in pacers), 6),
+                      pacer_waiting_s=round(sum(p.held_s["waiting"] for p in pacers), 6))
         return dict(totals)
 
     def close(self) -> None:

@@ -18,7 +18,11 @@ A packet that arrives marked CE (``dcqcn``) makes a CNP due, at most one per
 
 A packet that asks for it (entropy recycling) has its UDP source port echoed
 in the next ACK when it arrived without queueing: its one-way delay at most
-``echo_excess_us`` above the smallest this queue pair has seen.
+``echo_excess_us`` above the smallest its connection has seen.
+
+The messages of one connection share an :class:`Inbound`: the smallest
+one-way delay (a message of a dozen packets, all queued, would take its own
+queueing for the path's base) and the time of the last CNP.
 """
 
 from __future__ import annotations
@@ -27,6 +31,16 @@ from fabric.agent.roce.bth import (ACK_KIND, MAX_BITMAP_BYTES, MAX_ECHO, PSN_MAS
                                    unwrap)
 
 _BITS = bytes.maketrans(b"\x00\x01", b"01")
+
+
+class Inbound:
+    """What a receiver keeps of one connection across its messages."""
+
+    __slots__ = ("base_owd_us", "last_cnp")
+
+    def __init__(self) -> None:
+        self.base_owd_us = 0    # smallest one-way delay seen (0: none yet)
+        self.last_cnp = float("-inf")
 
 
 class RecvQP:
@@ -51,6 +65,8 @@ class RecvQP:
         packet's source port is echoed, when the packet asks for it.
     cnp_interval_s : float
         Shortest time between two CNPs.
+    inbound : Inbound, optional
+        The connection's state this message shares; default its own.
     """
 
     COUNTERS = ("packets_received", "out_of_order", "duplicates", "bad_packets", "acks_sent",
@@ -58,8 +74,9 @@ class RecvQP:
 
     def __init__(self, qpn: int, nbytes: int, mtu: int, ack_every: int = 4,
                  ack_delay_s: float = 0.001, echo_excess_us: int = 0,
-                 cnp_interval_s: float = 0.0) -> None:
+                 cnp_interval_s: float = 0.0, inbound: Inbound | None = None) -> None:
         self.qpn = qpn
+        self.inbound = inbound or Inbound()
         self.nbytes = nbytes
         self.mtu = mtu
         self.count = -(-nbytes // mtu)
@@ -84,10 +101,8 @@ class RecvQP:
         self.closed_at = 0.0
         self.last_rx = 0.0
         self.echo_excess_us = echo_excess_us
-        self.base_owd_us = 0    # smallest one-way delay seen (0: none yet)
         self.echo: list[int] = []  # source ports to echo in the next ACK
         self.cnp_interval_s = cnp_interval_s
-        self.last_cnp = float("-inf")
         self.ce_packets = 0
         self.cnps_sent = 0
 
@@ -122,9 +137,10 @@ class RecvQP:
         if owd_us:
             self.owd_sum_us += owd_us
             self.owd_count += 1
-            if not self.base_owd_us or owd_us < self.base_owd_us:
-                self.base_owd_us = owd_us
-        if (echo_port and owd_us and owd_us - self.base_owd_us <= self.echo_excess_us
+            inbound = self.inbound
+            if not inbound.base_owd_us or owd_us < inbound.base_owd_us:
+                inbound.base_owd_us = owd_us
+        if (echo_port and owd_us and owd_us - self.inbound.base_owd_us <= self.echo_excess_us
                 and len(self.echo) < MAX_ECHO):
             self.echo.append(echo_port)
         if self.got[index]:
@@ -147,9 +163,9 @@ class RecvQP:
     def on_ce(self, now: float) -> bool:
         """Count a CE-marked arrival; return True when a CNP should go out now."""
         self.ce_packets += 1
-        if now - self.last_cnp < self.cnp_interval_s:
+        if now - self.inbound.last_cnp < self.cnp_interval_s:
             return False
-        self.last_cnp = now
+        self.inbound.last_cnp = now
         self.cnps_sent += 1
         return True
 

@@ -23,6 +23,12 @@ paces every packet instead: the gap after a packet is its wire time at the
 controller's rate, and a late wakeup may catch up at most one gap.
 ``lost_detected`` counts declarations: a packet declared lost that is then
 acknowledged before its repair leaves (it was only late) is not resent.
+
+A connection (NCCL's queue pair between two ranks on one channel) carries
+many messages, several in flight: their :class:`SendQP` share one
+:class:`Window`, so the window, the RTT estimate, the reordering allowance and
+RACK's "latest delivered transmission" belong to the connection. A message's
+lost tail is then found by the next message's deliveries, not by a timeout.
 """
 
 from __future__ import annotations
@@ -58,6 +64,52 @@ class CcConfig:
     max_timeouts: int = 10        # consecutive RTOs without progress before giving up
 
 
+class Window:
+    """Congestion state one connection's messages share (see the module docstring).
+
+    Parameters
+    ----------
+    cc : CcConfig
+        Tunables.
+    control : LossControl, SwiftControl or DcqcnControl, optional
+        Moves the window (or, DCQCN, the pacing rate); default AIMD on loss.
+    """
+
+    __slots__ = ("cc", "control", "rate_paced", "cwnd", "inflight", "srtt", "latest_rtt",
+                 "rttvar", "rto", "next_send_at", "tx", "rack_tx", "last_cut", "undo_cwnd",
+                 "undo_pending", "reorder_mult", "last_mult_change", "episodes_since_widening")
+
+    def __init__(self, cc: CcConfig = CcConfig(), control: Control | None = None) -> None:
+        self.cc = cc
+        self.control = control or LossControl(cc.max_cwnd)
+        self.rate_paced = isinstance(self.control, DcqcnControl)
+        self.cwnd = float(self.control.initial_window(cc.init_cwnd))
+        self.inflight = 0                # packets in flight, all messages
+        self.srtt: float | None = None
+        self.latest_rtt = 0.0
+        self.rttvar = 0.0
+        self.rto = cc.init_rto_s
+        self.next_send_at = -math.inf    # pacing gap of a window below one packet, or a rate
+        # transmission numbers order packets sent in the same instant (one pacing burst
+        # shares ``now``), which RACK's "sent after" needs; rack_tx is the latest-sent
+        # delivered packet's
+        self.tx = 0
+        self.rack_tx = -1
+        self.last_cut = -math.inf
+        # undo of a spurious cut (as TCP's DSACK undo): the window before the
+        # episode's cut and how many of its lost marks are still unexplained
+        self.undo_cwnd: float | None = None
+        self.undo_pending = 0
+        self.reorder_mult = 1
+        self.last_mult_change = -math.inf
+        self.episodes_since_widening = 0
+
+    @property
+    def full(self) -> bool:
+        """Whether the window holds no room for another packet."""
+        return self.inflight >= max(1, int(self.cwnd))
+
+
 class SendQP:
     """Reliable, window-limited, selectively retransmitting sender of one message.
 
@@ -70,58 +122,43 @@ class SendQP:
     mtu : int
         Payload bytes per packet.
     cc : CcConfig
-        Tunables.
+        Tunables (of a new window; a shared one has its own).
     control : LossControl, SwiftControl or DcqcnControl, optional
-        Moves the window (or, DCQCN, the pacing rate); default AIMD on loss.
+        Moves the window of a new :class:`Window`; default AIMD on loss.
+    window : Window, optional
+        The connection's window this message shares with the others it carries;
+        default a window of its own.
     """
 
     COUNTERS = ("packets_sent", "retransmitted", "lost_detected", "rto_count", "acks_received",
                 "cnps_received")
 
     def __init__(self, qpn: int, nbytes: int, mtu: int, cc: CcConfig = CcConfig(),
-                 control: Control | None = None) -> None:
+                 control: Control | None = None, window: Window | None = None) -> None:
         if nbytes < 1:
             raise ValueError("a message needs at least one byte")
         self.qpn = qpn
         self.nbytes = nbytes
         self.mtu = mtu
-        self.cc = cc
-        self.control = control or LossControl(cc.max_cwnd)
-        self.rate_paced = isinstance(self.control, DcqcnControl)
+        self.win = window or Window(cc, control)
+        self.cc = self.win.cc
+        self.rate_paced = self.win.rate_paced
         self.count = -(-nbytes // mtu)
         self.last_len = nbytes - (self.count - 1) * mtu
         self.state = bytearray(self.count)
         self.retx = bytearray(self.count)           # 1 once a PSN was sent twice (Karn)
         self.sent_at = array("d", bytes(8 * self.count))
-        # transmission numbers order packets sent in the same instant (one
-        # pacing burst shares ``now``), which RACK's "sent after" needs
-        self.sent_tx = array("q", bytes(8 * self.count))
-        self.tx = 0
+        self.sent_tx = array("q", bytes(8 * self.count))  # the window's transmission numbers
         self.outstanding: deque[tuple[int, int]] = deque()  # (psn, tx) in send order
         self.lost: deque[int] = deque()
         self.next_new = 0
         self.una = 0
         self.acked = 0
         self.inflight = 0
-        self.cwnd = float(self.control.initial_window(cc.init_cwnd))
-        self.srtt: float | None = None
-        self.latest_rtt = 0.0
-        self.rttvar = 0.0
-        self.rto = cc.init_rto_s
-        self.next_send_at = -math.inf   # pacing gap of a window below one packet
         self.backoff = 1
         self.timeouts_in_row = 0
-        self.rack_tx = -1               # transmission number of the latest-sent delivered packet
-        self.last_cut = -math.inf
-        # undo of a spurious cut (as TCP's DSACK undo): the window before the
-        # episode's cut and how many of its lost marks are still unexplained
-        self.undo_cwnd: float | None = None
-        self.undo_pending = 0
         self.undone_cuts = 0
         self.loss_cuts = 0
-        self.reorder_mult = 1
-        self.last_mult_change = -math.inf
-        self.episodes_since_widening = 0
         self.overtaken_late = False     # a lost-marked original was delivered (this ACK)
         self.peer_duplicates = 0
         self.peer_out_of_order = 0
@@ -133,6 +170,20 @@ class SendQP:
         self.acks_received = 0
         self.cnps_received = 0
         self.failed: str | None = None
+
+    # the connection's state, read (and in tests set) through the message
+    cwnd = property(lambda self: self.win.cwnd,
+                    lambda self, value: setattr(self.win, "cwnd", value))
+    srtt = property(lambda self: self.win.srtt,
+                    lambda self, value: setattr(self.win, "srtt", value))
+    rttvar = property(lambda self: self.win.rttvar,
+                      lambda self, value: setattr(self.win, "rttvar", value))
+    rto = property(lambda self: self.win.rto, lambda self, value: setattr(self.win, "rto", value))
+    control = property(lambda self: self.win.control)
+    latest_rtt = property(lambda self: self.win.latest_rtt)
+    reorder_mult = property(lambda self: self.win.reorder_mult)
+    rack_tx = property(lambda self: self.win.rack_tx)
+    next_send_at = property(lambda self: self.win.next_send_at)
 
     # -- state -------------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
@@ -156,9 +207,10 @@ class SendQP:
 
     def can_send(self, now: float) -> bool:
         """Whether the window allows a packet now and there is one to send."""
-        if self.done or self.failed or self.inflight >= max(1, int(self.cwnd)):
+        win = self.win
+        if self.done or self.failed or win.inflight >= max(1, int(win.cwnd)):
             return False
-        if (self.cwnd < 1 or self.rate_paced) and now < self.next_send_at:
+        if (win.cwnd < 1 or self.rate_paced) and now < win.next_send_at:
             return False
         return self._has_packet()
 
@@ -168,22 +220,27 @@ class SendQP:
             lost.popleft()  # acknowledged after all (it was only reordered)
         return bool(lost) or (self.next_new < self.count and self.next_new < self.una + MAX_SPAN)
 
+    def has_packet(self) -> bool:
+        """Whether a packet waits to go (a repair or a new one), window aside."""
+        return not (self.done or self.failed) and self._has_packet()
+
     def paced_until(self, now: float) -> float | None:
         """When pacing (a rate, or a window below one packet) lets the next packet go,
         if that is later and only pacing holds it."""
-        if now >= self.next_send_at or self.done or self.failed or not self._has_packet():
+        win = self.win
+        if now >= win.next_send_at or self.done or self.failed or not self._has_packet():
             return None
         if self.rate_paced:
-            held = self.inflight < max(1, int(self.cwnd))
+            held = win.inflight < max(1, int(win.cwnd))
         else:
-            held = self.cwnd < 1 and not self.inflight
-        return self.next_send_at if held else None
+            held = win.cwnd < 1 and not win.inflight
+        return win.next_send_at if held else None
 
     def on_cnp(self, now: float) -> None:
         """A congestion notification from the receiver (rate-based control only)."""
         self.cnps_received += 1
         if self.rate_paced:
-            self.control.on_cnp(now)
+            self.win.control.on_cnp(now)
 
     def next_packet(self, now: float) -> tuple[int, int, bool, int]:
         """Commit the next packet to the wire; call only when :meth:`can_send`.
@@ -193,6 +250,7 @@ class SendQP:
         tuple
             ``(psn, opcode, ackreq, payload_length)``.
         """
+        win = self.win
         if self.lost:
             psn = self.lost.popleft()
             self.retx[psn] = 1
@@ -204,18 +262,19 @@ class SendQP:
             ackreq = psn == self.count - 1
         self.state[psn] = IN_FLIGHT
         self.sent_at[psn] = now
-        self.tx += 1
-        self.sent_tx[psn] = self.tx
-        self.outstanding.append((psn, self.tx))
+        win.tx += 1
+        self.sent_tx[psn] = win.tx
+        self.outstanding.append((psn, win.tx))
         self.inflight += 1
+        win.inflight += 1
         self.packets_sent += 1
         if self.rate_paced:
-            gap = self.control.on_send(self.length(psn) + DATA_OVERHEAD, now)
+            gap = win.control.on_send(self.length(psn) + DATA_OVERHEAD, now)
             # a wakeup late by less than one gap sends on schedule, not a gap late
-            start = self.next_send_at if now - self.next_send_at < gap else now
-            self.next_send_at = start + gap
-        elif self.cwnd < 1:
-            self.next_send_at = now + (self.srtt or self.rto) / self.cwnd
+            start = win.next_send_at if now - win.next_send_at < gap else now
+            win.next_send_at = start + gap
+        elif win.cwnd < 1:
+            win.next_send_at = now + (win.srtt or win.rto) / win.cwnd
         return psn, data_opcode(psn, self.count), ackreq, self.length(psn)
 
     # -- acknowledgements --------------------------------------------------------------
@@ -223,6 +282,7 @@ class SendQP:
         state = self.state[psn]
         if state == IN_FLIGHT:
             self.inflight -= 1
+            self.win.inflight -= 1
         elif state == LOST and not self.retx[psn]:
             # the original arrived before its repair was sent: proof, without
             # waiting for a duplicate, that reordering outlasted the allowance
@@ -230,8 +290,8 @@ class SendQP:
             self._spurious(1)
         self.state[psn] = ACKED
         self.acked += 1
-        if not self.retx[psn] and self.sent_tx[psn] > self.rack_tx:
-            self.rack_tx = self.sent_tx[psn]
+        if not self.retx[psn] and self.sent_tx[psn] > self.win.rack_tx:
+            self.win.rack_tx = self.sent_tx[psn]
 
     def on_ack(self, ack: Ack, now: float) -> int:
         """Apply a cumulative + selective ACK; return how many PSNs it newly acked."""
@@ -262,22 +322,23 @@ class SendQP:
             # the first time and sent once (Karn), gives an unambiguous sample
             self._rtt_sample(now - self.sent_at[trigger])
         duplicated = ack.duplicates > self.peer_duplicates
+        win = self.win
         if duplicated or self.overtaken_late:
             # the receiver got a PSN twice (a retransmission was spurious: RACK's
             # DSACK rule) or an original came in after it was declared lost:
             # packets are reordered more than we allowed for; widen the
             # allowance, at most once per RTT
-            if now - self.last_mult_change >= (self.srtt or self.rto):
-                self.reorder_mult = min(self.reorder_mult + 1, self.cc.max_reorder_mult)
-                self.last_mult_change = now
-                self.episodes_since_widening = 0
+            if now - win.last_mult_change >= (win.srtt or win.rto):
+                win.reorder_mult = min(win.reorder_mult + 1, self.cc.max_reorder_mult)
+                win.last_mult_change = now
+                win.episodes_since_widening = 0
             self.overtaken_late = False
         if duplicated:
             self._spurious(ack.duplicates - self.peer_duplicates)
         self.peer_duplicates = max(self.peer_duplicates, ack.duplicates)
         self.peer_out_of_order = max(self.peer_out_of_order, ack.out_of_order)
         delay = ack.owd_us / 1e6 if ack.owd_us else None
-        self.cwnd = self.control.on_ack(self.cwnd, newly, delay, now, self.srtt or self.rto)
+        win.cwnd = win.control.on_ack(win.cwnd, newly, delay, now, win.srtt or win.rto)
         if newly:
             self.timeouts_in_row = 0
             self.backoff = 1
@@ -285,23 +346,25 @@ class SendQP:
         return newly
 
     def _rtt_sample(self, rtt: float) -> None:
-        self.latest_rtt = rtt
-        if self.srtt is None:
-            self.srtt, self.rttvar = rtt, rtt / 2
+        win = self.win
+        win.latest_rtt = rtt
+        if win.srtt is None:
+            win.srtt, win.rttvar = rtt, rtt / 2
         else:
-            self.rttvar += 0.25 * (abs(self.srtt - rtt) - self.rttvar)
-            self.srtt += 0.125 * (rtt - self.srtt)
-        self.rto = min(max(self.srtt + 4 * self.rttvar, self.cc.min_rto_s), self.cc.max_rto_s)
+            win.rttvar += 0.25 * (abs(win.srtt - rtt) - win.rttvar)
+            win.srtt += 0.125 * (rtt - win.srtt)
+        win.rto = min(max(win.srtt + 4 * win.rttvar, self.cc.min_rto_s), self.cc.max_rto_s)
 
     # -- loss detection ----------------------------------------------------------------
     def loss_threshold(self) -> float | None:
         """Age after which a packet overtaken by a delivered one is lost."""
-        if self.srtt is None:
+        win = self.win
+        if win.srtt is None:
             return None
         # RACK uses the latest RTT: when queues build, the smoothed RTT lags
         # behind and would declare merely delayed packets lost.
-        rtt = max(self.srtt, self.latest_rtt)
-        allowance = self.reorder_mult * max(self.cc.min_reorder_s, rtt / 4)
+        rtt = max(win.srtt, win.latest_rtt)
+        allowance = win.reorder_mult * max(self.cc.min_reorder_s, rtt / 4)
         return rtt * self.cc.rtt_factor + allowance
 
     def _head(self) -> tuple[int, int] | None:
@@ -328,7 +391,7 @@ class SendQP:
             psn, tx = head
             # send order is time order: once the head is young enough or was
             # sent after the latest delivered packet, so is everything behind
-            if tx > self.rack_tx or now - self.sent_at[psn] < threshold:
+            if tx > self.win.rack_tx or now - self.sent_at[psn] < threshold:
                 break
             self.outstanding.popleft()
             self._mark_lost(psn)
@@ -340,34 +403,38 @@ class SendQP:
     def _mark_lost(self, psn: int) -> None:
         self.state[psn] = LOST
         self.inflight -= 1
+        self.win.inflight -= 1
         self.lost.append(psn)
         self.lost_detected += 1
 
     def _cut(self, now: float, marked: int) -> None:
-        # halve once per RTT however many losses that RTT had
-        if now - self.last_cut >= (self.srtt or self.rto):
-            self.undo_cwnd, self.undo_pending = self.cwnd, marked
-            self.cwnd = self.control.on_loss(self.cwnd)
+        # halve once per RTT however many losses that RTT had, in all the
+        # connection's messages
+        win = self.win
+        if now - win.last_cut >= (win.srtt or win.rto):
+            win.undo_cwnd, win.undo_pending = win.cwnd, marked
+            win.cwnd = win.control.on_loss(win.cwnd)
             self.loss_cuts += 1
-            self.last_cut = now
+            win.last_cut = now
             # as RACK's reo_wnd_persist: a widened allowance that caught no
             # spurious repair for many loss episodes falls back to the floor
-            self.episodes_since_widening += 1
-            if self.episodes_since_widening >= self.cc.reorder_persist:
-                self.reorder_mult = 1
-                self.episodes_since_widening = 0
-        elif self.undo_cwnd is not None:
-            self.undo_pending += marked  # more marks of the same episode
+            win.episodes_since_widening += 1
+            if win.episodes_since_widening >= self.cc.reorder_persist:
+                win.reorder_mult = 1
+                win.episodes_since_widening = 0
+        elif win.undo_cwnd is not None:
+            win.undo_pending += marked  # more marks of the same episode
 
     def _spurious(self, count: int) -> None:
         """``count`` packets marked lost were delivered after all: once every
         mark of the last cut's episode proves spurious, restore its window."""
-        if self.undo_cwnd is None:
+        win = self.win
+        if win.undo_cwnd is None:
             return
-        self.undo_pending -= count
-        if self.undo_pending <= 0:
-            self.cwnd = max(self.cwnd, self.undo_cwnd)
-            self.undo_cwnd = None
+        win.undo_pending -= count
+        if win.undo_pending <= 0:
+            win.cwnd = max(win.cwnd, win.undo_cwnd)
+            win.undo_cwnd = None
             self.undone_cuts += 1
 
     def deadline(self) -> float | None:
@@ -377,9 +444,9 @@ class SendQP:
             return None
         psn, tx = head
         when = self.sent_at[psn]
-        rto_at = when + self.rto * self.backoff
+        rto_at = when + self.win.rto * self.backoff
         threshold = self.loss_threshold()
-        if threshold is not None and tx < self.rack_tx:
+        if threshold is not None and tx < self.win.rack_tx:
             return min(rto_at, when + threshold)
         return rto_at
 
@@ -387,7 +454,8 @@ class SendQP:
         """Run time-threshold detection and the retransmission timeout."""
         self.detect_losses(now)
         head = self._head()
-        if head is None or now - self.sent_at[head[0]] < self.rto * self.backoff:
+        rto = self.win.rto
+        if head is None or now - self.sent_at[head[0]] < rto * self.backoff:
             return
         # RTO: nothing was delivered for a whole timeout; everything in
         # flight is presumed lost and the timer backs off exponentially
@@ -406,6 +474,6 @@ class SendQP:
             self._mark_lost(head[0])
             marked += 1
         self.backoff = min(self.backoff * 2, 64)
-        if self.rto * self.backoff > self.cc.max_rto_s:
-            self.backoff = max(1, int(self.cc.max_rto_s / self.rto))
+        if rto * self.backoff > self.cc.max_rto_s:
+            self.backoff = max(1, int(self.cc.max_rto_s / rto))
         self._cut(now, marked)
