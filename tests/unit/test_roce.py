@@ -906,3 +906,25 @@ def test_a_connection_sends_its_oldest_message_first():
     assert conn.ready(0.0) is new   # the old one has nothing left to send
     window.cwnd = 2.0
     assert conn.ready(0.0) is None  # both of its packets fill the shared window
+
+
+def test_a_plan_is_void_once_every_message_of_the_nic_finished():
+    """Tokens ran out with a packet still to send (a plan), then the message finished
+    (failed here, as a deadline would): the next message starts a compute phase later,
+    and that wait is not lateness."""
+    loop, engine, pacer = _paced_sender(2_000_000)
+    try:
+        planned = engine.service(time.monotonic())
+        assert pacer.planned == planned
+        sender = engine.senders[0x100]
+        sender.record.error = "gone"  # the runner failed it: it leaves its NIC's turns
+        engine.service(planned)
+        assert not pacer.active and pacer.planned is None
+        record = TransferRecord(Transfer("u", "a", "b", 2_000_000), SEND, qpn=0x101,
+                                src_ip=sender.record.src_ip, dst_ip=sender.record.dst_ip)
+        engine.start_send(record, planned + 5.0)
+        engine.service(planned + 5.0)
+        assert pacer.late_s == 0.0
+    finally:
+        engine.close()
+        loop.close()

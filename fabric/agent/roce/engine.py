@@ -727,6 +727,9 @@ class RoceEngine(Engine):
         for pacer in self.pacers.values():
             active = pacer.active
             if not active:
+                # nothing to send: a plan made while it had is void (the next message
+                # may start a compute phase later; that wait is not the agent's)
+                pacer.planned = None
                 pacer.account(now, None)
                 continue
             bucket = pacer.bucket
