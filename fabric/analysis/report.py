@@ -134,9 +134,9 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     switches' hashes really gave (per-link byte counts), so the hash's
     unevenness belongs to the ideal; senders that steer (``"recycle"``) evenly,
     since how well they balance is their own doing. Independent
-    transfers start when they really started; dependent ones the instant their
-    last dependency ends in the model, not when they really started (that would
-    hand the ideal every real step's delay). Every transfer ends when its last
+    transfers start when they really started; dependent ones (``after``,
+    ``after_start``, with their ``delay_s``) the instant the model allows, not
+    when they really started (that would hand the ideal every real step's delay). Every transfer ends when its last
     packet has crossed its path store-and-forward (:func:`ideal.store_and_forward_s`),
     and the transfers of one connection go in order (``Transfer.connection``).
     None when a transfer's path (needed for per-flow routing) was not measured.
@@ -155,11 +155,11 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
             load = ideal.path_load(path, overhead)
         else:
             return None
-        modelled = t.after and not t.after_start  # its start follows from the model
+        modelled = t.after or t.after_start  # its start follows from the model
         start = 0.0 if modelled else rows[t.id].get("send_start") or result.plan.start_at
         latency = ideal.store_and_forward_s(
             [link_mbps[frozenset(link)] for link in zip(path, path[1:])],
             ideal.last_packet_bytes(spec.kind, spec.mtu_payload, t.bytes))
         fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after, latency,
-                                         t.delay_s, t.connection))
+                                         t.delay_s, t.connection, t.after_start))
     return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))

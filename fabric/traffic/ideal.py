@@ -69,6 +69,8 @@ class FluidTransfer:
     latency: float = 0.0
     delay: float = 0.0  # after its dependencies ended (compute between collectives)
     queue: Hashable = None  # its connection: one transfer of a queue is sent at a time
+    # (id, seconds): not before that long after the transfer ``id`` became ready
+    after_start: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,47 @@ class _Queues:
                 self.begin(self.waiting[queue].pop(0), now)
 
 
+class _Readiness:
+    """When each transfer may start: every dependency ended (plus its ``delay``), the
+    transfer its ``after_start`` names became ready (plus those seconds), and its own
+    ``start`` passed."""
+
+    def __init__(self, by_id: Mapping[str, FluidTransfer]) -> None:
+        self.by_id = by_id
+        self.waiting: dict[str, set] = {}
+        self.earliest = {fid: t.start for fid, t in by_id.items()}
+        self.on_end: dict[str, list[str]] = defaultdict(list)
+        self.on_start: dict[str, list[tuple[str, float]]] = defaultdict(list)
+        for fid, t in by_id.items():
+            refs = list(t.after) + ([t.after_start[0]] if t.after_start else [])
+            unknown = [d for d in refs if d not in by_id]
+            if unknown:
+                raise ValueError(f"{fid} waits for unknown transfers {unknown}")
+            self.waiting[fid] = set(t.after)
+            for dep in t.after:
+                self.on_end[dep].append(fid)
+            if t.after_start:
+                self.waiting[fid].add(("start", t.after_start[0]))
+                self.on_start[t.after_start[0]].append((fid, t.after_start[1]))
+        self.ready_at = {fid: t.start for fid, t in by_id.items() if not self.waiting[fid]}
+
+    def _met(self, fid: str, condition: Hashable, at: float) -> None:
+        self.waiting[fid].discard(condition)
+        self.earliest[fid] = max(self.earliest[fid], at)
+        if not self.waiting[fid]:
+            self.ready_at[fid] = self.earliest[fid]
+
+    def started(self, fid: str, now: float) -> None:
+        """``fid`` became ready at ``now``."""
+        for child, seconds in self.on_start[fid]:
+            self._met(child, ("start", fid), now + seconds)
+
+    def ended(self, fid: str, end: float) -> None:
+        """``fid``'s last packet arrived at ``end``."""
+        for child in self.on_end[fid]:
+            self._met(child, fid, end + self.by_id[child].delay)
+
+
 def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
              bits_per_unit: float = 8e-6, changes: Sequence[Change] = ()
              ) -> dict[str, IdealSpan]:
@@ -191,16 +234,8 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
         On an unknown dependency, a cycle, or a transfer that could never end.
     """
     by_id = {t.id: t for t in transfers}
-    for t in transfers:
-        unknown = [d for d in t.after if d not in by_id]
-        if unknown:
-            raise ValueError(f"{t.id} waits for unknown transfers {unknown}")
-    waiting = {t.id: set(t.after) for t in transfers}
-    dependents: dict[str, list[str]] = defaultdict(list)
-    for t in transfers:
-        for dep in t.after:
-            dependents[dep].append(t.id)
-    ready_at = {t.id: t.start for t in transfers if not t.after}
+    readiness = _Readiness(by_id)
+    ready_at = readiness.ready_at
     remaining = {t.id: t.bytes * bits_per_unit for t in transfers}
     load = {t.id: t.load for t in transfers}
     pending = sorted(changes, key=lambda c: c.at)
@@ -213,9 +248,11 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
             change = pending.pop(0)
             capacity = change.capacity
             load.update(change.loads)
-        for fid in [f for f, at in ready_at.items() if at <= now + _EPS]:
-            del ready_at[fid]
-            queues.begin(fid, now)
+        while any(at <= now + _EPS for at in ready_at.values()):
+            for fid in [f for f, at in ready_at.items() if at <= now + _EPS]:
+                del ready_at[fid]
+                readiness.started(fid, now)  # may make others ready now
+                queues.begin(fid, now)
         rates = max_min_rates({f: load[f] for f in active}, capacity)
         finish = [(remaining[f] / rates[f] if rates[f] > 0 else math.inf, f) for f in active]
         next_finish = min((dt for dt, _ in finish), default=math.inf)
@@ -231,11 +268,8 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
         for f in [f for f in active if remaining[f] <= _EPS * max(1.0, by_id[f].bytes)]:
             active.discard(f)  # its links are free; its last packet is still on the way
             queues.sent(f, now)
-            spans[f].end = end = now + by_id[f].latency
-            for child in dependents[f]:
-                waiting[child].discard(f)
-                if not waiting[child]:
-                    ready_at[child] = max(end + by_id[child].delay, by_id[child].start)
+            spans[f].end = now + by_id[f].latency
+            readiness.ended(f, spans[f].end)
     return spans
 
 

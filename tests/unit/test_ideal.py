@@ -51,6 +51,20 @@ def test_a_delay_holds_a_dependent_back_after_its_dependency_ended():
     assert spans["b"].start == pytest.approx(1.5) and spans["b"].end == pytest.approx(2.5)
 
 
+def test_after_start_holds_a_transfer_until_another_became_ready_and_the_seconds_passed():
+    # b waits for a's end; c for b to be ready (a's end, 1 s) plus 0.25 s, and for d's end
+    spans = simulate([_flow("a", [("x", "y")], 10),
+                      _flow("b", [("y", "z")], 10, after=("a",)),
+                      FluidTransfer("c", 10 * MBIT, {("z", "x"): 1.0}, after=("d",),
+                                    after_start=("b", 0.25)),
+                      _flow("d", [("w", "v")], 5)],
+                     {("x", "y"): 10.0, ("y", "z"): 10.0, ("z", "x"): 10.0, ("w", "v"): 10.0})
+    assert spans["b"].start == pytest.approx(1.0)
+    assert spans["c"].start == pytest.approx(1.25) and spans["c"].end == pytest.approx(2.25)
+    with pytest.raises(ValueError, match="unknown"):
+        simulate([FluidTransfer("e", 1, {}, after_start=("nope", 0.0))], {})
+
+
 def test_a_flow_with_two_bottlenecks_takes_the_tighter_and_leaves_the_rest():
     rates = max_min_rates({"a": {"l1": 1, "l2": 1}, "b": {"l1": 1}}, {"l1": 10.0, "l2": 4.0})
     assert rates == pytest.approx({"a": 4.0, "b": 6.0})
