@@ -18,6 +18,7 @@ EXPERIMENTS = {
     "failures": "experiments.failures",
     "storage": "experiments.storage",
     "lossless": "experiments.lossless",
+    "replay": "experiments.replay",
 }
 
 

@@ -101,6 +101,14 @@ def existing_file(text: str) -> Path:
     return path
 
 
+def existing_path(text: str) -> Path:
+    """A readable file or a directory that exists."""
+    path = Path(text)
+    if not (path.is_dir() or (path.is_file() and os.access(path, os.R_OK))):
+        raise _fail("a readable file or an existing directory", text)
+    return path
+
+
 def existing_dir(text: str) -> Path:
     """A directory that exists."""
     path = Path(text)

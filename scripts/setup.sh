@@ -74,5 +74,9 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   # (the filter hides warnings about local mirrors some machines configure)
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" \
     2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  # Chakra traces: only mlc-chakra's schema module is read; its declared dependencies
+  # (HolisticTraceAnalysis, jupyterlab, pandas, ...) are not needed
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    "mlc-chakra>=1.0,<1.1" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   echo "$want" > "$stamp"
 fi

@@ -42,6 +42,8 @@ if [[ "${1:-}" == --in-copy ]]; then
   # (the filter hides warnings about local mirrors some machines configure)
   "$work/venv/bin/python" -m pip install -q --disable-pip-version-check "$work/src[test]" \
     2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  "$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    "mlc-chakra>=1.0,<1.1" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   exec "$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests examples "$@"
 fi
 

@@ -71,7 +71,8 @@ OUTPUTS = ("results", "site", "build", "dist")  # what runs write: never linked 
 FABRIC = ("fabric", ".venv/bin/fabric")
 # what a placeholder outside a subcommand's place may stand for, tried in this order
 STAND_INS = ("1", "2", "8", "rail-clos", "cubic", "figure.png", "127.0.0.1",
-             "remote:127.0.0.1:6653", "examples/flowlet_switching.py:FlowletSwitching")
+             "remote:127.0.0.1:6653", "examples/flowlet_switching.py:FlowletSwitching",
+             str(ROOT / "tests" / "data" / "traces" / "example.json"))
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<code>.*?)^(?P=indent)```",
                    re.M | re.S)
 SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")

@@ -36,6 +36,8 @@ ROW_FIELDS = {
     "failures": {"scenario", "policy", "slowdown", "ideal_slowdown", "reroute_ms", "stall_ms",
                  "timeouts", "lost_bytes"},
     "storage": {"part", "drops", "timeouts", "valid"},
+    "replay": {"policy", "job", "step_ms", "ideal_ms", "exposed_ms", "together_ms",
+               "slowdown"},
 }
 
 LOSSLESS_ROWS = {"incast": 2, "isolation": 2, "lossless": 6}
