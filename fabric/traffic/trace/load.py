@@ -10,7 +10,6 @@ siblings of the same workload; a JSON file is either a ``fabric-trace``
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from fabric.traffic.trace import chakra, kineto, schema
@@ -46,12 +45,7 @@ def _load_directory(directory: Path) -> Workload:
 
 
 def _load_json(path: Path) -> Workload:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path.name}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path.name}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = schema.read_json(path)
     if schema.is_own_format(data):
         return schema.from_dict(data, path.name)
     if kineto.is_kineto(data):

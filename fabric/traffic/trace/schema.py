@@ -301,10 +301,20 @@ def load(path: Path) -> Workload:
         When the file cannot be read, is not JSON or not a valid trace.
     """
     path = Path(path)
+    return from_dict(read_json(path), path.name)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``.
+
+    Raises
+    ------
+    TraceError
+        In one line naming the file, when it cannot be read or is not JSON.
+    """
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path.name}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path.name}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    return from_dict(data, path.name)
