@@ -3,10 +3,10 @@
 Life cycle of each host's :class:`Agent`: parse and check the plan, bind
 listeners on every own NIC (TCP 7100 and UDP 4791; a busy port is an error,
 not something to share), wait for ``plan.start_at`` while already accepting
-peers, then start every
-transfer this host sends as soon as all its ``after`` transfers are complete
-as seen here (and, with ``after_start``, its compute time has passed since
-the transfer it names started; with ``delay_s``, that long after they completed), and stop when everything is complete or at
+peers, then start every transfer this host sends as soon as all its ``after``
+transfers are complete as seen here (and, with ``after_start``, its compute time
+has passed since the transfer it names started; with ``delay_s``, that long after
+they completed), and stop when everything is complete or at
 ``start_at + deadline_s``. Unfinished transfers are reported with ``end=None`` and an
 error, never dropped. Everything runs on one thread in one event loop, so
 stopping is closing the loop's sockets; no thread or process outlives it.

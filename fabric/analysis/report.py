@@ -136,9 +136,10 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     since how well they balance is their own doing. Independent
     transfers start when they really started; dependent ones (``after``,
     ``after_start``, with their ``delay_s``) the instant the model allows, not
-    when they really started (that would hand the ideal every real step's delay). Every transfer ends when its last
-    packet has crossed its path store-and-forward (:func:`ideal.store_and_forward_s`),
-    and the transfers of one connection go in order (``Transfer.connection``).
+    when they really started (that would hand the ideal every real step's delay).
+    Every transfer ends when its last packet has crossed its path store-and-forward
+    (:func:`ideal.store_and_forward_s`), and the transfers of one connection go in
+    order (``Transfer.connection``).
     None when a transfer's path (needed for per-flow routing) was not measured.
     """
     spec = result.plan.transport
