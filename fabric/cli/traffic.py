@@ -33,8 +33,13 @@ def add_parser(sub: Any) -> None:
     traffic.add_argument("--placement", choices=("rail", "random"), default="rail")
     traffic.add_argument("--seed", type=argtypes.integer(0), default=0,
                          help="placement and source ports")
-    traffic.add_argument("--chunks", type=count, default=1)
-    traffic.add_argument("--channels", type=count, default=1)
+    traffic.add_argument("--chunks", type=count, default=1,
+                         help="collectives: pieces per step, each forwarded once it arrived")
+    traffic.add_argument("--channels", type=count, default=1,
+                         help="collectives: parallel rings or trees, a connection each")
+    traffic.add_argument("--slots", type=count, default=8,
+                         help="collectives: pieces in flight per connection (NCCL_STEPS, 8); "
+                              "1: each send waits for the previous one's acknowledgement")
     traffic.add_argument("--clients", type=count, default=1)
     traffic.add_argument("--servers", type=count, default=4, help="storage senders (incast)")
     traffic.add_argument("--rounds", type=count, default=4)
@@ -97,8 +102,8 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     graph = build_graph(spec_of(args))
     spec = PatternSpec(args.pattern, size_bytes=args.size, ranks=args.ranks,
                        placement=args.placement, seed=args.seed, chunks=args.chunks,
-                       channels=args.channels, clients=args.clients, servers=args.servers,
-                       rounds=args.rounds, admission=args.admission)
+                       channels=args.channels, slots=args.slots, clients=args.clients,
+                       servers=args.servers, rounds=args.rounds, admission=args.admission)
     transfers, participants = make_transfers(graph, spec)
     points = _capture_points(graph, args, participants)
     preset = preset_of(args)

@@ -31,7 +31,8 @@ class PatternSpec:
 
     Collectives: ``size_bytes`` (nccl-tests' size), ``ranks`` (default all
     compute endpoints), ``placement`` (``rail`` or ``random`` with
-    ``seed``), ``chunks``, ``channels``. Storage: ``clients`` readers or
+    ``seed``), ``chunks``, ``channels``, ``slots`` (pieces in flight per
+    connection, NCCL's 8). Storage: ``clients`` readers or
     writers, ``servers`` storage endpoints, ``size_bytes`` per block (striped
     read), per writer (checkpoint) or per object (stampede), ``rounds`` and
     ``admission`` (striped read). ``dscp`` defaults to the collective or
@@ -45,6 +46,7 @@ class PatternSpec:
     seed: int = 0
     chunks: int = 1
     channels: int = 1
+    slots: int = 8
     clients: int = 1
     servers: int = 4
     rounds: int = 4
@@ -57,7 +59,7 @@ class PatternSpec:
         if self.placement not in ("rail", "random"):
             raise ScheduleError(f"placement must be rail or random, got {self.placement!r}")
         least = {"size_bytes": 1, "ranks": 2, "seed": 0, "chunks": 1, "channels": 1,
-                 "clients": 1, "servers": 1, "rounds": 1, "admission": 1, "dscp": 0}
+                 "slots": 1, "clients": 1, "servers": 1, "rounds": 1, "admission": 1, "dscp": 0}
         for name, minimum in least.items():
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
@@ -88,7 +90,8 @@ def make_transfers(graph: nx.Graph, spec: PatternSpec) -> tuple[list[Transfer], 
         ranks = rank_hosts(graph, spec.ranks, spec.placement, spec.seed)
         dscp = DSCP_COLLECTIVE if spec.dscp is None else spec.dscp
         transfers = collectives.generate(spec.name, ranks, spec.size_bytes, graph,
-                                         chunks=spec.chunks, channels=spec.channels, dscp=dscp)
+                                         chunks=spec.chunks, channels=spec.channels,
+                                         slots=spec.slots, dscp=dscp)
         return transfers, ranks
     clients, servers = storage_roles(graph, spec)
     dscp = DSCP_STORAGE if spec.dscp is None else spec.dscp

@@ -93,6 +93,7 @@ CASES = [
     (["traffic", "--admission", "-2"], "--admission"),
     (["traffic", "--chunks", "0"], "--chunks"),
     (["traffic", "--channels", "0"], "--channels"),
+    (["traffic", "--slots", "0"], "--slots"),
     (["traffic", "--clients", "0"], "--clients"),
     (["traffic", "--rounds", "0"], "--rounds"),
     (["traffic", "--connections", "0"], "--connections"),

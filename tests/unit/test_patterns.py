@@ -11,7 +11,8 @@ from fabric.traffic.workloads import pattern_transfers
 
 
 @pytest.mark.parametrize("field, value", [("size_bytes", 0), ("ranks", 1), ("seed", -1),
-                                          ("chunks", 0), ("channels", 0), ("clients", 0),
+                                          ("chunks", 0), ("channels", 0), ("slots", 0),
+                                          ("clients", 0),
                                           ("servers", 0), ("rounds", 0), ("admission", 0),
                                           ("dscp", -1), ("dscp", 64), ("size_bytes", 1.5),
                                           ("placement", "nowhere")])
@@ -41,3 +42,14 @@ def test_workload_transfers_carry_the_service_class_asked_for(pattern):
     plain, _, _ = pattern_transfers(graph, pattern, 0, 5.0)
     assert {t.dscp for t in marked} == {26} and {t.dscp for t in plain} == {0}
     assert [t.id for t in marked] == [t.id for t in plain]
+
+
+def test_slots_reach_the_collective():
+    import topologies
+    from fabric.traffic.patterns import make_transfers
+
+    graph = topologies.build("rail-clos")
+    one, _ = make_transfers(graph, PatternSpec("ring-allreduce", size_bytes=64_000, slots=1))
+    eight, _ = make_transfers(graph, PatternSpec("ring-allreduce", size_bytes=64_000))
+    # one slot: every send after the first also waits for its rank's previous send
+    assert sum(len(t.after) for t in one) > sum(len(t.after) for t in eight)
