@@ -45,9 +45,6 @@ def test_workload_transfers_carry_the_service_class_asked_for(pattern):
 
 
 def test_slots_reach_the_collective():
-    import topologies
-    from fabric.traffic.patterns import make_transfers
-
     graph = topologies.build("rail-clos")
     one, _ = make_transfers(graph, PatternSpec("ring-allreduce", size_bytes=64_000, slots=1))
     eight, _ = make_transfers(graph, PatternSpec("ring-allreduce", size_bytes=64_000))
