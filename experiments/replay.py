@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import topologies
 from fabric.analysis import plotstyle
 from fabric.analysis.report import ideal_spans
 from fabric.argtypes import existing_file, existing_path
@@ -57,7 +56,6 @@ from fabric.experiment.measures import as_float
 from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
-from fabric.traffic import collectives
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, Transfer
 from fabric.traffic.trace import Workload, load_trace
 from fabric.traffic.trace.place import PLACEMENTS, endpoint_servers, place_ranks
