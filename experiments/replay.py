@@ -59,7 +59,7 @@ from fabric.model.lanes import DSCP_COLLECTIVE
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, Transfer
 from fabric.traffic.trace import Workload, load_trace
 from fabric.traffic.trace.place import PLACEMENTS, endpoint_servers, place_ranks
-from fabric.traffic.trace.report import collective_times, step_times
+from fabric.traffic.trace.report import collective_times, key_of, step_times
 from fabric.traffic.trace.schedule import Replay, replay
 
 NAME = "replay"
@@ -190,7 +190,7 @@ def busiest_step_bytes(graph: Any, jobs: list[Job], placed: Mapping[str, list[st
         step_of = {c.key: c.step for c in schedule.collectives}
         sent: dict[tuple, int] = {}
         for t in schedule.transfers:
-            key = (t.src, step_of["/".join(t.id.split("/")[:3])])
+            key = (t.src, step_of[key_of(t.id)])
             sent[key] = sent.get(key, 0) + t.bytes
         most = max([most, *sent.values()])
     return most
