@@ -265,9 +265,11 @@ class Counters:
 
 def lane_drops(tc_stats: str, lanes: list[int]) -> dict[tuple[str, int], int]:
     """(device, lane) -> packets the leaf and the gate of a lane in ``lanes`` dropped,
-    from ``tc -s qdisc show`` output (pure). A lane's leaf is qdisc ``(10 + lane):``,
-    its gate ``(0x20 + lane):`` (which drops a frame larger than its burst)."""
+    from ``tc -s qdisc show`` output (pure). A lane's leaf is qdisc ``(10 + lane):``
+    (on an endpoint's NIC also its control band ``(0x50 + lane):``), its gate
+    ``(0x20 + lane):`` (which drops a frame larger than its burst)."""
     handles = {f"{shaping.LEAF_HANDLE + lane:x}:": lane for lane in lanes}
+    handles.update({f"{shaping.CONTROL_LEAF_HANDLE + lane:x}:": lane for lane in lanes})
     handles.update({f"{shaping.GATE_HANDLE + lane:x}:": lane for lane in lanes})
     out: dict[tuple[str, int], int] = {}
     for block in re.split(r"(?m)^qdisc ", tc_stats):

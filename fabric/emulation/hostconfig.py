@@ -97,16 +97,17 @@ def endpoint_tc_batch(graph: nx.Graph, endpoint: str, link_mbps: dict[frozenset,
                       queue_pkts: int, lanes: LaneConfig,
                       flow_control: FlowControl | None = None,
                       frame_bytes: int = MAX_FRAME_BYTES) -> str:
-    """``tc -batch`` lines for an endpoint: NIC egress, and ingress via its IFB (none
-    under flow control: the switch's port holds that queue; its gates' burst is one
-    ``frame_bytes`` frame)."""
+    """``tc -batch`` lines for an endpoint: NIC egress (ACKs and CNPs ahead of the
+    data), and ingress via its IFB (none under flow control: the switch's port holds
+    that queue; its gates' burst is one ``frame_bytes`` frame)."""
     lines = []
     gated = _gated(graph, endpoint, queue_pkts, lanes, flow_control)
     for nic in graph.nodes[endpoint]["nics"]:
         dev = fg.intf_name(endpoint, nic["port"])
         ifb = ifb_name(endpoint, nic["port"])
         mbps = link_mbps[frozenset((endpoint, _switch_at(graph, endpoint, nic["port"])))]
-        lines += shape_lines(dev, mbps, queue_pkts, lanes, gated, frame_bytes)
+        lines += shape_lines(dev, mbps, queue_pkts, lanes, gated, frame_bytes,
+                             control_first=True)
         if flow_control:
             continue
         lines += [f"qdisc add dev {dev} handle ffff: ingress",

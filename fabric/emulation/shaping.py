@@ -15,17 +15,28 @@ Under link-level flow control a lossless lane's class holds a gate (a TBF,
 ``(i+0x20):``) above its leaf, which the flow-control daemon closes to pause the
 lane (:mod:`fabric.host.tcgate`); its leaf is as large as the switch's whole
 buffer, since the switch's accounting, not the leaf, bounds what it holds.
+
+On an endpoint's NIC (``control_first``) each lane's leaf is a two-class
+HTB that serves its first class first: the transport's ACKs and CNPs (UDP
+from port 4791) go out before the lane's queued data, as an RDMA NIC sends a
+responder's ACK ahead of its send queues' data instead of behind them. They stay in their lane: a
+paused lane holds its ACKs too, as PFC pauses a whole priority.
 """
 
 from __future__ import annotations
 
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
-from fabric.traffic.model import TCP_PACKET_BYTES
+from fabric.traffic.model import ROCE_PORT, TCP_PACKET_BYTES
 
 DEFAULT_QUEUE_PKTS = 64
 LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
 GATE_HANDLE = 0x20   # lane i's gate is qdisc (0x20 + i):, its leaf (10 + i):
 LEAF_HANDLE = 10
+# control_first: lane i's leaf is an HTB (0x40 + i): whose first class's FIFO (0x50 + i):
+# holds the ACKs and CNPs and whose second's is the data's, (10 + i): as usual
+ACK_FIRST_HANDLE = 0x40
+CONTROL_LEAF_HANDLE = 0x50
+ORDER_ONLY_RATE = "10gbit"  # above any emulated link (capacity caps them far lower)
 # An open gate's rate, as a multiple of the link's: far above it, so that only the HTB
 # class shapes. Its burst is one full-size frame of the workload: a closing gate (whose
 # tokens a change refills) lets out at most that much more, plus the frame being sent;
@@ -64,7 +75,7 @@ def gate_open_bytes_per_s(rate_mbps: float) -> int:
 
 def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS,
                 lanes: LaneConfig = SINGLE_LANE, gated: dict[int, int] | None = None,
-                gate_burst: int = MAX_FRAME_BYTES) -> list[str]:
+                gate_burst: int = MAX_FRAME_BYTES, control_first: bool = False) -> list[str]:
     """Return ``tc -batch`` lines that shape ``dev``'s egress.
 
     Parameters
@@ -84,6 +95,9 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
         under flow control); their leaves take that size instead of ``queue_pkts``.
     gate_burst : int
         A gate's burst, bytes: the workload's full-size frame.
+    control_first : bool
+        An endpoint's NIC: the transport's ACKs and CNPs leave before their
+        lane's queued data (see the module docstring).
     """
     if queue_pkts < 1:
         raise ValueError(f"queue must hold at least one packet, got {queue_pkts}")
@@ -106,12 +120,36 @@ def shape_lines(dev: str, rate_mbps: float, queue_pkts: int = DEFAULT_QUEUE_PKTS
                          f"rate {gate_open_bytes_per_s(rate_mbps)}bps burst {gate_burst} "
                          f"limit {gate_burst}")
             leaf_parent = f"{gate}1"
-        lines.append(f"qdisc add dev {dev} parent {leaf_parent} handle {LEAF_HANDLE + i:x}: "
-                     f"pfifo_head_drop limit {gated[i] if gated and i in gated else queue_pkts}")
+        limit = gated[i] if gated and i in gated else queue_pkts
+        if control_first:
+            lines += _control_first_lines(dev, leaf_parent, i, limit)
+        else:
+            lines.append(f"qdisc add dev {dev} parent {leaf_parent} "
+                         f"handle {LEAF_HANDLE + i:x}: pfifo_head_drop limit {limit}")
         lines += [f"filter add dev {dev} parent 1: protocol ip prio {LANE_FILTER_PRIO} u32 "
                   f"match ip dsfield 0x{dscp << 2:02x} 0xfc flowid 1:{i + 1:x}"
                   for dscp in lane.dscp]
     return lines
+
+
+def _control_first_lines(dev: str, parent: str, lane: int, limit: int) -> list[str]:
+    """Lane ``lane``'s leaf under ``parent`` as an HTB of its own (this kernel has no
+    prio qdisc) whose first class, served first, takes the transport's control packets
+    and whose second, the default, the data. Both run far above the link rate: the
+    class above shapes; this one only orders."""
+    leaf = f"{ACK_FIRST_HANDLE + lane:x}:"
+    rate = f"rate {ORDER_ONLY_RATE} ceil {ORDER_ONLY_RATE} quantum {MAX_FRAME_BYTES}"
+    return [
+        f"qdisc add dev {dev} parent {parent} handle {leaf} htb default 2",
+        f"class add dev {dev} parent {leaf} classid {leaf}1 htb {rate} prio 0",
+        f"class add dev {dev} parent {leaf} classid {leaf}2 htb {rate} prio 1",
+        f"qdisc add dev {dev} parent {leaf}1 handle {CONTROL_LEAF_HANDLE + lane:x}: "
+        f"pfifo_head_drop limit {limit}",
+        f"qdisc add dev {dev} parent {leaf}2 handle {LEAF_HANDLE + lane:x}: "
+        f"pfifo_head_drop limit {limit}",
+        f"filter add dev {dev} parent {leaf} protocol ip prio 1 u32 "
+        f"match ip protocol 17 0xff match ip sport {ROCE_PORT} 0xffff flowid {leaf}1",
+    ]
 
 
 def rate_change_lines(dev: str, rate_mbps: float, lanes: LaneConfig = SINGLE_LANE) -> list[str]:

@@ -117,3 +117,55 @@ def test_a_capture_of_sprayed_roce_decodes_as_rocev2(tmp_path: Path) -> None:
         assert roce and all(p[UDP].dport == 4791 for p in roce)
     host_side = [p for p in rdpcap(str(out / "l0h0-l0.pcap")) if p.haslayer(BTH)]
     assert len({p[UDP].sport for p in host_side}) > 10   # sprayed: many source ports
+
+
+# Sends ``count`` datagrams of ``size`` bytes from port 5000 back to back (they queue in
+# the NIC's egress), then one from the RoCE port (an ACK) and one more from 5000.
+# args: dst_ip dst_port count size
+_BURST_THEN_ACK = r"""
+import socket, sys
+dst, dport, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+data, ack = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+data.bind(("0.0.0.0", 5000))
+ack.bind(("0.0.0.0", 4791))
+for i in range(count):
+    data.sendto(b"d%04d" % i + bytes(size), (dst, dport))
+ack.sendto(b"ack", (dst, dport))
+data.sendto(b"last", (dst, dport))
+"""
+
+# Prints the first bytes of every datagram on ``port``, in arrival order, until idle 2 s.
+_ARRIVAL_ORDER = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.settimeout(2.0)
+try:
+    while True:
+        print(s.recv(65536)[:5].decode())
+except socket.timeout:
+    pass
+"""
+
+
+def test_an_ack_leaves_the_nic_ahead_of_the_data_queued_there() -> None:
+    """A responder's ACK is not queued behind its own NIC's data: 30 datagrams fill the
+    sender's egress queue at 2 Mbit/s (about 5 ms each), the ACK sent after them
+    arrives within the first few, the datagram sent after the ACK last."""
+    import subprocess
+    import sys
+    import time
+
+    graph = topologies.build("leaf-spine,leaves=2,spines=1,hosts_per_leaf=1")
+    src, dst = sorted(n for n in graph if graph.nodes[n]["role"] == "host")
+    with Emulation(graph, EmulationOptions(host_mbps=2.0)) as emu:
+        receiver = emu.host(dst).popen([sys.executable, "-c", _ARRIVAL_ORDER, "9000"],
+                                       stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        sender = emu.host(src).popen([sys.executable, "-c", _BURST_THEN_ACK,
+                                      graph.nodes[dst]["ip"], "9000", "30", "1200"])
+        assert sender.wait(timeout=30) == 0
+        order = receiver.communicate(timeout=30)[0].split()
+    assert len(order) == 32, order
+    assert order.index("ack") <= 3, order
+    assert order[-1] == "last", order

@@ -142,6 +142,15 @@ def test_lossless_leaf_drops_are_read_from_tc():
              "qdisc pfifo_head_drop b: dev s0-eth1 parent 1:2 limit 64p\n"
              " Sent 5 bytes 1 pkt (dropped 4, overlimits 0 requeues 0)\n")
     assert flowcontrol.lane_drops(stats, [0]) == {("s0-eth1", 0): 3}
+    # an endpoint's NIC: the lane's ACK-first leaf holds a control FIFO beside the data's
+    nic = ("qdisc tbf 20: dev h0-eth0 parent 1:1 rate 60Mbit\n Sent 1 bytes (dropped 0)\n"
+           "qdisc htb 40: dev h0-eth0 parent 20:1 r2q 10 default 0x2\n"
+           " Sent 9 bytes 2 pkt (dropped 7, overlimits 0 requeues 0)\n"
+           "qdisc pfifo_head_drop 50: dev h0-eth0 parent 40:1 limit 256p\n"
+           " Sent 1 bytes 1 pkt (dropped 2, overlimits 0 requeues 0)\n"
+           "qdisc pfifo_head_drop a: dev h0-eth0 parent 40:2 limit 256p\n"
+           " Sent 8 bytes 1 pkt (dropped 5, overlimits 0 requeues 0)\n")
+    assert flowcontrol.lane_drops(nic, [0]) == {("h0-eth0", 0): 7}
 
 
 def test_a_run_s_rows_are_the_links_that_paused_held_or_dropped():

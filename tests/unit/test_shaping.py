@@ -175,3 +175,62 @@ def test_rate_change_moves_every_class_of_the_same_tree():
     shares = [lane.share for lane in THREE_LANES.lanes]
     assert [int(l.split(" rate ")[1].split("kbit")[0]) for l in changed[1:]] == [
         round(s * 2500) for s in shares]
+
+
+@pytest.mark.parametrize("gated", [None, {0: 500}])
+def test_an_endpoint_nic_sends_its_transports_acks_ahead_of_its_lanes_data(gated):
+    """control_first: each lane's leaf is an HTB of two classes, served in prio order:
+    UDP from the RoCE port (ACKs, CNPs) first, everything else second; both FIFOs are
+    head-drop with the lane's limit, and the data's keeps the lane's usual handle (the
+    flow-control accounting and the drop counts read it). A gate stays above the whole
+    leaf, so a paused lane holds its ACKs too."""
+    from fabric.model.lanes import THREE_LANES
+    from fabric.traffic.model import ROCE_PORT
+
+    lines = shape_lines("h0-eth0", 10.0, 32, THREE_LANES, gated=gated, control_first=True)
+    plain = shape_lines("h0-eth0", 10.0, 32, THREE_LANES, gated=gated)
+    for i in range(len(THREE_LANES.lanes)):
+        order = f"{shaping.ACK_FIRST_HANDLE + i:x}:"
+        mine = [l for l in lines if f"dev h0-eth0 parent {order}" in l
+                or f"handle {order} " in l]
+        (leaf,) = [l.split() for l in mine if f"handle {order} htb" in l]
+        assert _value(leaf, "default") == "2"
+        above = f"{shaping.GATE_HANDLE + i:x}:1" if gated and i in gated else f"1:{i + 1:x}"
+        assert _value(leaf, "parent") == above
+        first, second = (l.split() for l in mine if l.startswith("class add"))
+        assert (_value(first, "classid"), _value(first, "prio")) == (f"{order}1", "0")
+        assert (_value(second, "classid"), _value(second, "prio")) == (f"{order}2", "1")
+        for tokens in (first, second):  # far above the link: the class above shapes
+            assert _value(tokens, "rate") == _value(tokens, "ceil") == shaping.ORDER_ONLY_RATE
+        fifos = {_value(l.split(), "parent"): l.split() for l in mine
+                 if "pfifo_head_drop" in l}
+        limit = str(gated[i]) if gated and i in gated else "32"
+        assert _value(fifos[f"{order}1"], "handle") == f"{shaping.CONTROL_LEAF_HANDLE + i:x}:"
+        assert _value(fifos[f"{order}2"], "handle") == f"{shaping.LEAF_HANDLE + i:x}:"
+        assert all(_value(f, "limit") == limit for f in fifos.values())
+        (flt,) = [l for l in mine if l.startswith("filter")]
+        assert f"match ip protocol 17 0xff match ip sport {ROCE_PORT} 0xffff" in flt
+        assert flt.endswith(f"flowid {order}1")
+    # the rest of the tree is what it is without
+    assert [l for l in plain if "pfifo_head_drop" not in l] == [
+        l for l in lines if "pfifo_head_drop" not in l and shaping.ORDER_ONLY_RATE not in l
+        and " htb default 2" not in l and "sport" not in l]
+
+
+def test_only_an_endpoints_own_nic_puts_acks_first():
+    """The queue into an endpoint (its IFB) and the switches' ports keep one FIFO per
+    lane: in the fabric, ACKs wait behind data as on a real switch."""
+    import topologies
+    from fabric.emulation.hostconfig import endpoint_tc_batch, switch_tc_batch
+    from fabric.model import graph as fg
+    from fabric.model.lanes import SINGLE_LANE
+
+    graph = topologies.build("leaf-spine,leaves=2,spines=1,hosts_per_leaf=1")
+    rates = {frozenset(e): 10.0 for e in graph.edges}
+    host = fg.endpoints(graph)[0]
+    batch = endpoint_tc_batch(graph, host, rates, 64, SINGLE_LANE).splitlines()
+    nic = fg.intf_name(host, graph.nodes[host]["nics"][0]["port"])
+    ordered = {l.split(" dev ")[1].split()[0] for l in batch if " htb default 2" in l}
+    assert ordered == {nic}
+    switch = next(n for n in graph if fg.is_switch(graph, n))
+    assert " htb default 2" not in switch_tc_batch(graph, switch, rates, 64, SINGLE_LANE)
