@@ -38,6 +38,7 @@ def test_swift_base_is_capped_so_a_flow_that_never_saw_an_empty_queue_is_not_fav
 
 def test_swift_grows_additively_below_target():
     swift = SwiftControl(PKT, 512)
+    swift.slow_start = False
     cwnd = swift.on_ack(10.0, 5, 4 * PKT, now=0.0, rtt=0.02)
     assert cwnd == pytest.approx(10.5)  # +ai per RTT: 5 acked of a 10-packet window
     small = swift.on_ack(0.5, 1, 4 * PKT, now=0.0, rtt=0.02)
@@ -67,16 +68,43 @@ def test_swift_window_stays_within_bounds():
     assert swift.on_loss(1.0) == pytest.approx(0.5)
 
 
-def test_a_swift_queue_pair_starts_with_the_queueing_its_path_allows():
-    """Swift starts near line rate, more packets for longer paths; the other controls keep
-    the configured window."""
+def test_a_swift_queue_pair_starts_with_a_base_round_trip_of_its_path():
+    """Swift starts at line rate for one round trip of store-and-forward (a packet time
+    per link, and the NIC's slack), more packets for longer paths; the other controls
+    keep the configured window."""
     params = SwiftParams()
     for links in (2, 4, 6):
         qp = SendQP(0x100, 4096 * 100, 4096, CcConfig(init_cwnd=16.0),
                     SwiftControl(0.004, 512.0, links))
-        assert qp.cwnd == params.allowance(links)
-    assert params.initial_window(6) > params.initial_window(4) > params.initial_window(2)
+        assert qp.cwnd == params.endpoint_allowance + links < params.allowance(links)
     assert SendQP(0x100, 4096, 4096, CcConfig(init_cwnd=16.0), LossControl(512.0)).cwnd == 16.0
+
+
+def _slow_starter(hops: int = 4) -> SwiftControl:
+    swift = SwiftControl(PKT, 512, hops=hops)
+    swift.on_ack(6.0, 0, 1 * PKT, now=0.0, rtt=0.02)  # base 1 packet time
+    return swift
+
+
+def test_swift_doubles_its_window_every_round_trip_up_to_the_allowance():
+    swift, cwnd = _slow_starter(), 6.0
+    cwnd = swift.on_ack(cwnd, 6, 2 * PKT, now=0.1, rtt=0.02)   # one round trip acked
+    assert cwnd == 12.0 and swift.slow_start
+    cwnd = swift.on_ack(cwnd, 12, 2 * PKT, now=0.2, rtt=0.02)
+    assert cwnd == 24.0 and not swift.slow_start             # past 18: additive from here
+    assert swift.on_ack(cwnd, 12, 2 * PKT, now=0.3, rtt=0.02) == pytest.approx(24.5)
+
+
+def test_swift_slow_start_ends_at_half_the_allowed_queueing_or_a_loss():
+    allowed = SwiftParams().allowance(4)                      # 18 packet times on 4 links
+    swift = _slow_starter()
+    cwnd = swift.on_ack(6.0, 2, (1 + allowed / 2 - 0.5) * PKT, now=0.1, rtt=0.02)
+    assert cwnd == 8.0 and swift.slow_start                   # below half: still doubling
+    cwnd = swift.on_ack(cwnd, 2, (1 + allowed / 2 + 0.5) * PKT, now=0.1, rtt=0.02)
+    assert not swift.slow_start and cwnd == pytest.approx(8 + 2 / 8)
+    assert swift.decreases == 0                               # below the target: no cut
+    lossy = _slow_starter()
+    assert lossy.on_loss(6.0) == 3.0 and not lossy.slow_start
 
 
 def test_loss_control_is_aimd():

@@ -257,7 +257,8 @@ def test_a_pacer_out_of_tokens_wakes_when_wake_packets_may_go(wake_packets):
 
     hosts = loopback_hosts(["a", "b"])
     src, dst = _ip(hosts, "a"), _ip(hosts, "b")
-    spec = TransportSpec(kind="roce", mtu_payload=1000, rate_mbps=8)  # 1 MB/s
+    # 1 MB/s; no congestion control: only the tokens hold the sender back
+    spec = TransportSpec(kind="roce", mtu_payload=1000, rate_mbps=8, cc="none")
     loop = EventLoop()
     engine = RoceEngine(loop, spec, [src], lambda r: None, lambda r, e: None,
                         RoceConfig(wake_packets=wake_packets))

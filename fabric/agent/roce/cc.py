@@ -15,7 +15,11 @@ per-RTT gate of loss cuts and their undo stay with the queue pair
     the last packet took). Below the target the window grows
     additively (``ai`` packets per RTT); above it, at most once per RTT, it
     shrinks in proportion to the excess, ``1 - beta * (delay - target) /
-    delay``, by at most ``max_mdf``. The target is the flow's base delay
+    delay``, by at most ``max_mdf``. A new flow starts with a base round trip's
+    window and grows it by one packet per packet acknowledged (doubling every
+    round trip) up to the queueing its target allows, unless queueing above
+    half of that allowance or a loss ends that first: flows that start together
+    into one queue find their share before they fill it. The target is the flow's base delay
     plus an allowance in packet times at the emulated rate. The base is the
     smallest delay seen (the switching and processing of its path: a lone
     packet passes the links' token buckets without waiting), believed up to
@@ -76,14 +80,16 @@ class SwiftParams:
         return self.endpoint_allowance + (links or 2) * self.hop_allowance
 
     def initial_window(self, links: int) -> float:
-        """Window a new flow starts with: the queueing (packet times, so packets at line
-        rate) the target allows on a path of ``links`` links. An RDMA NIC starts a flow
-        at line rate; from a fixed 16 packets, growing one a round trip, 6-link flows on
-        a k=4 fat-tree stayed window-bound for most of 3 s (0.915 of line rate against
-        0.94, `benchmarks/busbw.py --pattern permutation`, 5 seeds). Adding the round
-        trip's 2 packet times a link on top gained nothing more and lost 37 packets
-        instead of 7 when 4 flows started together on one bottleneck (`benchmarks/cc.py`)."""
-        return self.allowance(links)
+        """Window a new flow starts with: a base round trip at line rate on a path of
+        ``links`` store-and-forward links (a packet time per link, and the NIC's slack),
+        as an RDMA NIC starts a flow at line rate. The window then doubles every round
+        trip while the queueing stays below half the allowance, up to
+        :meth:`allowance` (see :class:`SwiftControl`). Starting with the whole
+        allowance (18 packets on 4 links), 4 flows that started together on one
+        bottleneck overfilled its 64-packet buffer (7 lost, `benchmarks/cc.py`); from a
+        fixed 16 packets, growing one a round trip, 6-link flows on a k=4 fat-tree
+        stayed window-bound for most of 3 s."""
+        return self.endpoint_allowance + (links or 2)
 
 
 class LossControl:
@@ -137,6 +143,7 @@ class SwiftControl:
         self.last_decrease = -math.inf
         self.latest_delay: float | None = None
         self.decreases = 0           # delay cuts, reported per transfer
+        self.slow_start = True       # doubling: see on_ack
 
     def initial_window(self, default: float) -> float:
         """Window of a new queue pair: the path's (see
@@ -162,8 +169,19 @@ class SwiftControl:
         self.latest_delay = delay
         self.base_delay = min(self.base_delay, delay)
         target = self.target()
+        allowed = p.allowance(self.hops) * self.packet_time
+        if delay > target - allowed / 2:
+            # half the allowed queueing: the window is past a base round trip, so the
+            # flow already runs at line rate, and the rest of the allowance covers
+            # the round trip of lag before flows starting together see their queue
+            self.slow_start = False
         if delay < target:
-            if newly:
+            if self.slow_start:
+                cwnd += newly
+                # up to the queueing the target allows: a NIC-bound flow's window would
+                # otherwise grow without a signal, far past what a cut could bring back
+                self.slow_start = cwnd < p.allowance(self.hops)
+            elif newly:
                 cwnd += p.ai * newly / cwnd if cwnd >= 1 else p.ai * newly
         elif now - self.last_decrease >= rtt:
             cwnd *= max(1 - p.beta * (delay - target) / delay, 1 - p.max_mdf)
@@ -173,6 +191,7 @@ class SwiftControl:
 
     def on_loss(self, cwnd: float) -> float:
         """Window after a loss episode (called at most once per RTT)."""
+        self.slow_start = False
         return max(cwnd * (1 - self.params.max_mdf), self.params.min_cwnd)
 
 
