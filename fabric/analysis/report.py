@@ -24,22 +24,32 @@ def metric_rows(result: TrafficResult) -> list[dict[str, Any]]:
 
 
 def flow_collisions(result: TrafficResult) -> metrics.Collisions | None:
-    """Transfers that shared a switch-to-switch link at the same moment, over every
-    transfer with a measured path (each step of a collective counts on its own).
+    """Flows that shared a switch-to-switch link at the same moment, over every
+    transfer with a measured path.
 
-    Links into and out of endpoints are left out: an endpoint's link carries all
-    its transfers by design, a collision is two flows hashed onto one fabric link.
-    None when no transfer's path was measured: a count that was not measured is
-    not zero.
+    A flow is one connection on one path: the transfers a connection carries in order
+    (a collective's steps and pieces, several in flight) hash as one 5-tuple and share
+    one window, so they are one flow from their first start to their last end, not
+    one each. Links into and out of endpoints are left out: an endpoint's link carries
+    all its flows by design, a collision is two flows hashed onto one fabric link.
+    None when no transfer's path was measured: a count that was not measured is not
+    zero.
     """
     endpoints = set(result.plan.hosts)
-    flows = {}
+    by_id = {t.id: t for t in result.plan.transfers}
+    flows: dict[tuple, tuple[float, float, list, int]] = {}
     for row in result.transfer_rows():
         if row["path"] and row["fct_s"] is not None:
-            links = [link for link in metrics.links_of(row["path"])
-                     if link[0] not in endpoints and link[1] not in endpoints]
-            flows[row["id"]] = (row["send_start"], row["recv_end"], links, row["bytes"])
-    return metrics.collisions(flows) if flows else None
+            key = (by_id[row["id"]].connection, tuple(row["path"]))
+            start, end, nbytes = row["send_start"], row["recv_end"], row["bytes"]
+            if key in flows:
+                first, last, links, total = flows[key]
+                flows[key] = (min(first, start), max(last, end), links, total + nbytes)
+            else:
+                links = [link for link in metrics.links_of(row["path"])
+                         if link[0] not in endpoints and link[1] not in endpoints]
+                flows[key] = (start, end, links, nbytes)
+    return metrics.collisions({str(k): v for k, v in flows.items()}) if flows else None
 
 
 def uplink_shares(graph: Any, result: TrafficResult) -> dict[str, float]:
