@@ -4,6 +4,8 @@
 #   Debian packages: Mininet, Open vSwitch and the network tools.
 #   .venv: a virtual environment that sees the system's Mininet
 #          (--system-site-packages), with fabric and its Python deps.
+# --ns3 also installs the simulation backend's packages (ns-3's libraries and headers,
+# g++: `--backend ns3` builds its simulator on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +15,15 @@ cd "$(dirname "$0")/.."
 # headers the library preloaded into ovs-vswitchd (fabric/emulation/idle_accept.c).
 APT_PACKAGES=(mininet openvswitch-switch iperf3 iperf ethtool iputils-ping tcpdump iproute2
               python3-venv python3-pip clang linux-libc-dev libc6-dev libbpf1)
+NS3_PACKAGES=(libns3-dev g++)
+if [[ "${1:-}" == --ns3 ]]; then
+  APT_PACKAGES+=("${NS3_PACKAGES[@]}")
+  shift
+fi
+if (($#)); then
+  echo "setup: unknown argument $1 (the only option is --ns3)" >&2
+  exit 2
+fi
 SYS_PYTHON=/usr/bin/python3
 VENV=.venv
 

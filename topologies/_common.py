@@ -11,10 +11,10 @@ import math
 
 from fabric.model.graph import TopologyError
 
-# Size caps so a typo cannot ask for a million nodes (a 2-core VM emulates
-# ~200 nodes; the analysis side is happy well beyond that, hence the margin).
-MAX_ENDPOINTS = 512
-MAX_SWITCHES = 256
+# Size caps so a typo cannot ask for a million nodes: a 2-core VM emulates ~200
+# nodes, the ns-3 backend simulates a k=32 fat-tree (8,192 endpoints, 1,280 switches).
+MAX_ENDPOINTS = 8192
+MAX_SWITCHES = 2048
 MAX_OVERSUB = 64.0
 
 

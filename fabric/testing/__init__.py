@@ -7,7 +7,7 @@ installed. Like Faucet's ``clib/fakeoftable.py``, but with the group
 semantics fabric's policies live in:
 
 * select groups hash the 5-tuple deterministically and honour bucket
-  weights and watch ports (:mod:`fabric.testing.hashing` documents the
+  weights and watch ports (:mod:`fabric.routing.hashing` documents the
   hash); fast-failover groups take the first live bucket; all groups copy;
 * ``set_queue`` is recorded on every hop (:class:`Hop`);
 * connections speak OpenFlow 1.5, or 1.3 when the apps' ``OFP_VERSIONS``
@@ -40,7 +40,7 @@ from fabric.testing.connection import HarnessError
 from fabric.testing.datapath import FakeDatapath
 from fabric.testing.fakeswitch import FakeSwitch, PortCounters
 from fabric.testing.harness import FakeFabric
-from fabric.testing.hashing import select_hash
+from fabric.routing.hashing import select_hash
 from fabric.testing.packets import arp_request, ip_packet, packet_fields, write_pcap
 from fabric.testing.tables import OpenFlowError, UnsupportedFeature
 from fabric.testing.tracing import Exchange, Hop, PacketIn, Trace

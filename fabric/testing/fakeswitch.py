@@ -9,7 +9,7 @@ write-actions, clear-actions and goto-table, actions output (ports,
 ``IN_PORT``, ``ALL``, ``FLOOD``, ``CONTROLLER``, ``TABLE`` in packet-outs),
 group, set_queue and set_field; group-mod add/modify/delete (``OFPG_ALL``),
 group types all, select (weights, watch ports, the hash of
-:mod:`fabric.testing.hashing`), indirect and fast-failover. Anything else is
+:mod:`fabric.routing.hashing`), indirect and fast-failover. Anything else is
 refused with :class:`~fabric.testing.tables.UnsupportedFeature` rather than
 silently ignored.
 
@@ -27,7 +27,7 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from fabric.testing import hashing
+from fabric.routing import hashing
 from fabric.testing.pipeline import Emit, Pipeline, PipelineResult, ToController
 from fabric.testing.tables import (BucketEntry, FlowEntry, GroupEntry, OpenFlowError,
                                    UnsupportedFeature, actions_of, check_prerequisites, covers,

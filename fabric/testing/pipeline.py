@@ -16,7 +16,7 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from fabric.testing import hashing
+from fabric.routing import hashing
 from fabric.testing.tables import (BucketEntry, FlowEntry, GroupEntry, UnsupportedFeature,
                                    norm_value, packet_matches)
 

@@ -30,7 +30,7 @@ import topologies  # noqa: E402
 from controllers.openflow import selection_method_words  # noqa: E402
 from fabric.testing import (FakeFabric, Hop, OpenFlowError, UnsupportedFeature,  # noqa: E402
                             arp_request, packet_fields, select_hash)
-from fabric.testing import hashing  # noqa: E402
+from fabric.routing import hashing  # noqa: E402
 from fabric.testing.tables import normalise  # noqa: E402
 
 IPV4 = 0x0800

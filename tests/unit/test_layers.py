@@ -38,6 +38,9 @@ LAYERS: dict[str, frozenset[str]] = {
                                     "fabric.host", "fabric.emulation", "fabric.analysis",
                                     "topologies"}),
     "fabric.testing": frozenset({"fabric.model", "fabric.routing"}),
+    # the transport's timers and parameters come from the agent's own (pure) modules
+    "fabric.simulation": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
+                                    "fabric.agent"}),
 }
 # fabric's top-level modules: they import nothing of fabric; everyone may import them.
 SHARED = frozenset({"fabric.errors", "fabric.argtypes"})

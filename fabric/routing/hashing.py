@@ -1,4 +1,5 @@
-"""The fake switch's select-group hash: deterministic and documented.
+"""The select-group hash of the fake switch harness and the ns-3 simulator: deterministic
+and documented.
 
 A select group picks a bucket from the packet's 5-tuple and the group's hash
 basis, in proportion to the weights of its live buckets:

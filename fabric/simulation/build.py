@@ -1,0 +1,83 @@
+"""Compile the ns-3 program once per version of its source (no root needed).
+
+The binary is cached under ``$XDG_CACHE_HOME/fabric/ns3`` (default
+``~/.cache``; the system's temporary directory for a user without a writable
+home) in a directory named by the hash of the source and the ns-3 version, so
+an edited source or an upgraded ns-3 is rebuilt and two versions never
+overwrite each other's binary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from fabric.errors import UserError
+
+SOURCE = Path(__file__).with_name("ns3") / "fabric_sim.cc"
+NS3_HEADER = Path("/usr/include/ns3/core-module.h")
+NS3_LIBRARIES = ("ns3-core", "ns3-network", "ns3-point-to-point")
+INSTALL_HINT = "install it with: sudo scripts/setup.sh --ns3 (Debian's libns3-dev and g++)"
+
+
+class SimulatorMissing(UserError):
+    """ns-3's headers or a C++ compiler are not installed."""
+
+
+def cache_dir() -> Path:
+    """Where built simulators are kept (created if missing)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    path = Path(base) / "fabric" / "ns3"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    path = Path(tempfile.gettempdir()) / f"fabric-ns3-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    if path.stat().st_uid != os.getuid():  # never run a binary someone else put there
+        raise SimulatorMissing(f"{path} belongs to another user; set XDG_CACHE_HOME")
+    return path
+
+
+def _ns3_version() -> str:
+    libs = sorted(Path("/usr/lib").glob("*/libns3-core.so.*")) or \
+        sorted(Path("/usr/lib").glob("libns3-core.so.*"))
+    return libs[-1].name if libs else "unknown"
+
+
+def simulator_binary() -> Path:
+    """The built simulator, compiling it first if this source has no binary yet.
+
+    Raises
+    ------
+    SimulatorMissing
+        Without ns-3's development files or g++, in one line that says how to
+        install them.
+    """
+    compiler = shutil.which("g++")
+    if not NS3_HEADER.exists() or compiler is None:
+        missing = "ns-3 (libns3-dev)" if not NS3_HEADER.exists() else "g++"
+        raise SimulatorMissing(f"--backend ns3 needs {missing}; {INSTALL_HINT}")
+    digest = hashlib.sha256(SOURCE.read_bytes() + _ns3_version().encode()).hexdigest()[:16]
+    target = cache_dir() / digest / "fabric-sim"
+    if target.exists():
+        return target
+    target.parent.mkdir(exist_ok=True)
+    # build beside the target and rename: a concurrent build never sees half a binary
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / "fabric-sim"
+        cmd = [compiler, "-O2", "-std=c++17", "-o", str(out), str(SOURCE),
+               *(f"-l{lib}" for lib in NS3_LIBRARIES)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            first = next((line for line in done.stderr.splitlines() if "error" in line),
+                         done.stderr.strip()[:300])
+            raise SimulatorMissing(f"building the ns-3 simulator failed: {first}")
+        os.replace(out, target)
+    return target
