@@ -27,7 +27,7 @@ from fabric.analysis.report import flow_collisions, ideal_spans, uplink_shares
 from fabric.emulation import Emulation, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import (Experiment, Measured, Mode, Option, RunContext, RunData, Runner,
-                               Scheduled)
+                               Scheduled, simulated)
 from fabric.experiment.measures import as_float, transport_losses
 from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
@@ -95,7 +95,10 @@ def app_policy(spec: str) -> str:
 
 
 def run_policies(ctx: RunContext) -> tuple[str, ...]:
-    """The built-in policies, then the user's app if there is one."""
+    """The built-in policies, then the user's app if there is one; on the ns-3 backend
+    the policies it models (adaptive routing is not, and is not run)."""
+    if ctx.backend == "ns3":
+        return simulated.SIMULATED_POLICIES
     app = ctx.get(CONTROLLER_APP)
     return POLICIES + ((app_policy(app),) if app else ())
 
@@ -142,12 +145,13 @@ def _routing(ctx: RunContext, policy: str) -> tuple[str, dict[str, Any]]:
 
 
 def _schedules(graph: Any, spec: str, policy: str, cc: str, patterns: list[str],
-               seeds: list[int], host_mbps: float) -> Iterator[Scheduled]:
+               seeds: list[int], host_mbps: float, time_scale: float) -> Iterator[Scheduled]:
     for pattern in patterns:
+        seconds = (FLOW_S if pattern in ONE_FLOW_PATTERNS else BUFFER_S) * time_scale
         for seed in seeds:
             # RDMA's service class, as RoCE deployments mark it: lossless under a preset
             transfers, ranks, size = pattern_transfers(graph, pattern, seed, host_mbps,
-                                                       dscp=DSCP_COLLECTIVE)
+                                                       seconds, dscp=DSCP_COLLECTIVE)
             yield Scheduled({"topology": spec, "policy": policy, "pattern": pattern, "cc": cc,
                              "seed": seed}, transfers, seed, (pattern, ranks, size))
 
@@ -199,7 +203,8 @@ def _bring_up(ctx: RunContext, runner: Runner, spec: str, graph: Any, policy: st
         for cc in sorted({cc for _, cc in grid}):
             transport = ctx.roce(entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS, cc=cc)
             patterns = [p for p, c in grid if c == cc]
-            runner.run(emu, _schedules(graph, spec, policy, cc, patterns, seeds, rate),
+            runner.run(emu, _schedules(graph, spec, policy, cc, patterns, seeds, rate,
+                                       ctx.time_scale),
                        transport, f"{spec}-{policy}-{rate:g}-{cc}", row_of)
 
 
@@ -433,6 +438,7 @@ class Collisions(Experiment):
     question = QUESTION
     modes = {"quick": Mode(seeds=2), "full": Mode(seeds=10)}
     options = ROCE_OPTIONS + (CONTROLLER_APP, APP_ENTROPY)
+    simulates = True
     anchors = {"ecmp": "60-68 % of line rate", "spray": ">= 90 % (vendor: 95 % vs 60 %)"}
 
     def topologies(self, ctx: RunContext) -> list[str]:
@@ -456,8 +462,21 @@ class Collisions(Experiment):
                 * len(self.seeds(ctx)))
 
     def estimate_s(self, ctx: RunContext) -> float:
-        """Every bring-up's fixed cost, and each run at half its line rate."""
+        """Every bring-up's fixed cost, and each run at half its line rate; on the ns-3
+        backend, the packets every run sends."""
         grid = plan_grid(ctx, self.topologies(ctx))
+        if ctx.backend == "ns3":
+            total = 0.0
+            for spec, runs in grid.items():
+                graph = topologies.build(spec)
+                mbps = ctx.host_mbps or simulated.physical_host_mbps(graph)
+                for pattern, _ in runs:
+                    seconds = (FLOW_S if pattern in ONE_FLOW_PATTERNS
+                               else BUFFER_S * collectives.busbw_factor(pattern, 16))
+                    total += simulated.estimate_s(graph, mbps * RATE_SHARE[pattern],
+                                                  seconds * ctx.time_scale,
+                                                  ctx.roce().packet_bytes)
+            return total * len(self.seeds(ctx)) * len(run_policies(ctx))
         bring_ups = sum(len({RATE_SHARE[p] for p, _ in g}) for g in grid.values())
         seconds = {p: 2 * (FLOW_S if p in ONE_FLOW_PATTERNS
                            else BUFFER_S * collectives.busbw_factor(p, 16)) / RATE_SHARE[p]
@@ -474,9 +493,10 @@ class Collisions(Experiment):
         runner.table("uplinks")
         for spec in specs:
             graph = topologies.build(spec)
-            base_mbps = ctx.host_mbps or default_host_mbps(
-                graph, packet_bytes=ctx.roce().packet_bytes,
-                headroom=capacity.ROCE_RATE_HEADROOM)
+            base_mbps = ctx.host_mbps or (
+                simulated.physical_host_mbps(graph) if runner.simulated else default_host_mbps(
+                    graph, packet_bytes=ctx.roce().packet_bytes,
+                    headroom=capacity.ROCE_RATE_HEADROOM))
             for policy in run_policies(ctx):
                 for share in sorted({RATE_SHARE[p] for p, _ in grid[spec]}, reverse=True):
                     mine = [(p, cc) for p, cc in grid[spec] if RATE_SHARE[p] == share]
@@ -488,8 +508,9 @@ class Collisions(Experiment):
              "app_entropy": ctx.get(APP_ENTROPY) if ctx.get(CONTROLLER_APP) else None,
              "spray_entropy": ctx.get(SPRAY_ENTROPY), "transport": "roce",
              "cc": ctx.roce().cc, "roce_mtu": ctx.roce().mtu_payload,
-             "host_mbps": ctx.host_mbps or "auto", "rate_share": RATE_SHARE, "flow_s": FLOW_S,
-             "buffer_s": BUFFER_S},
+             "host_mbps": ctx.host_mbps or ("physical" if runner.simulated else "auto"),
+             "rate_share": RATE_SHARE, "flow_s": FLOW_S * ctx.time_scale,
+             "buffer_s": BUFFER_S * ctx.time_scale, "backend": ctx.backend},
             {"balls_into_bins_expectation": round(balls_into_bins_expected_utilisation(paths),
                                                   4)})
 
@@ -500,7 +521,10 @@ class Collisions(Experiment):
     def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
               ) -> list[str]:
         paths = top_tier_paths(self.graph(ctx))
-        return [f"balls-into-bins expectation 1-(1-1/N)^N for N={paths} paths: "
+        backend = ([f"backend: ns-3 simulation, {measured.parameters['host_mbps']} rates, "
+                    f"flows of {measured.parameters['flow_s']:g} s; adaptive routing is not "
+                    f"modelled there and was not run"] if ctx.backend == "ns3" else [])
+        return backend + [f"balls-into-bins expectation 1-(1-1/N)^N for N={paths} paths: "
                 f"{balls_into_bins_expected_utilisation(paths):.3f}",
                 f"spraying senders: {SPRAY_TEXT[ctx.get(SPRAY_ENTROPY)]}",
                 "ideal: a perfect transport on the paths the run used (max-min fair fluid "

@@ -55,6 +55,11 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
                         help="TCP congestion control of every emulated host (default: cubic)")
     add_flow_control_arg(parser, experiment=True)
+    parser.add_argument("--backend", choices=("emulator", "ns3"), default="emulator",
+                        help="emulator: Mininet, Open vSwitch and real stacks (root; the "
+                             "default); ns3: the same fabric, routes and roce transport in the "
+                             "ns-3 simulator, at the graph's physical rates unless --host-mbps "
+                             "is given (no root; needs scripts/setup.sh --ns3)")
     parser.add_argument("--attempts", type=argtypes.integer(1, MAX_ATTEMPTS), default=None,
                         help="how often to try a run that failed only the load-dependent "
                              "fidelity checks (OVS input delay, machine CPU); the attempts given "
@@ -82,9 +87,12 @@ def run_context(args: argparse.Namespace) -> Any:
     if experiment.sets_flow_control and (args.flow_control or preset):
         raise UsageError(f"argument {'--flow-control' if args.flow_control else '--preset'}: "
                          f"{experiment.name} sets each fabric's flow control and lanes itself")
+    if args.backend == "ns3":
+        _check_simulated(args, experiment)
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps, tcp_cc=args.tcp_cc,
-                     flow_control=flow_control_of(args), preset=preset, values=values)
+                     flow_control=flow_control_of(args), preset=preset, values=values,
+                     backend=args.backend)
     if args.attempts is not None:
         ctx.attempts = args.attempts
     try:
@@ -96,6 +104,28 @@ def run_context(args: argparse.Namespace) -> Any:
     if args.pcap is not None:
         ctx.capture = _capture_spec(args, ctx, experiment.topologies(ctx))
     return ctx
+
+
+def _check_simulated(args: argparse.Namespace, experiment: Any) -> None:
+    """``--backend ns3``: refuse what the simulator does not model, in one line."""
+    from fabric.simulation.scenario import NOT_MODELLED_CC
+
+    if not experiment.simulates:
+        raise UsageError(f"argument --backend: {experiment.name} runs on the emulator only "
+                         f"(ns3 runs: {', '.join(_simulating())})")
+    if getattr(args, "cc", None) in NOT_MODELLED_CC:
+        raise UsageError(f"argument --cc: {NOT_MODELLED_CC[args.cc]}")
+    for flag, given in (("--flow-control", args.flow_control == "pfc"),
+                        ("--preset", args.preset), ("--pcap", args.pcap is not None),
+                        ("--controller-app", getattr(args, "controller_app", None))):
+        if given:
+            raise UsageError(f"argument {flag}: not modelled by --backend ns3")
+
+
+def _simulating() -> list[str]:
+    import experiments
+
+    return [name for name in experiments.EXPERIMENTS if experiments.load(name).simulates]
 
 
 def _check_flow_control(fc: FlowControl, specs: list[str]) -> None:
@@ -139,11 +169,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     experiment = args.experiment
     ctx = run_context(args)
-    system.preflight()  # not root or tools missing: say so before making the run directory
-    try:
-        speed = machine_speed()  # before anything runs: the probe wants an idle machine
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    if ctx.backend == "ns3":
+        from fabric.simulation import simulator_binary
+
+        simulator_binary()  # not installed: say how, before making the run directory
+        speed = None  # a simulation does not depend on this machine's speed
+    else:
+        system.preflight()  # not root or tools missing: say so before making the run directory
+        try:
+            speed = machine_speed()  # before anything runs: the probe wants an idle machine
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     made = not ctx.run_dir.exists()
     run_dir = results.new_run_dir(ctx.run_dir)
     try:
@@ -158,8 +194,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                 "flow_control": ("pfc" if ctx.flow_control
                                                                  else "none"),
                                                 "preset": args.preset,
+                                                "backend": ctx.backend,
                                                 "started": ctx.started,
-                                                "machine_speed": speed.as_dict(), **pcap},
+                                                "machine_speed": speed and speed.as_dict(),
+                                                **pcap},
                            outcome.seeds, outcome.fidelity)
     figures = experiment.plot(run_dir)
     print(format_table(args.name, outcome))
@@ -179,7 +217,12 @@ def _context_lines(args: argparse.Namespace, parameters: dict[str, Any], speed: 
     if "cc" in parameters:
         lines.append(f"transport: roce, {parameters['cc']} congestion control, "
                      f"{parameters['roce_mtu']}-byte payloads (RoCE path MTU)")
-    if speed.factor < 1 and not args.host_mbps:
+    if args.backend == "ns3":
+        lines.append("backend: ns-3 simulation (" + (f"links scaled to {args.host_mbps:g} "
+                                                     f"Mbit/s per host, as the emulator's"
+                                                     if args.host_mbps else
+                                                     "the graph's physical rates") + ")")
+    elif speed.factor < 1 and not args.host_mbps:
         lines.append(f"machine: running at {speed.factor:.2f} of the speed the forwarding "
                      f"budget was measured at ({speed.describe()}), so the default rates are "
                      f"that share of the measured ones")

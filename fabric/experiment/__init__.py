@@ -7,11 +7,13 @@ it runs in, shared with the benchmarks.
 :mod:`~fabric.experiment.context` (:class:`RunContext`: what one run was asked
 for), :mod:`~fabric.experiment.loop` (:class:`Runner`: bring-up, idle check,
 warm-up, attempts, schedules, progress and the run log),
-:mod:`~fabric.experiment.checks` (a run's fidelity verdict) and
-:mod:`~fabric.experiment.measures` (small measurements rows share).
+:mod:`~fabric.experiment.checks` (a run's fidelity verdict),
+:mod:`~fabric.experiment.measures` (small measurements rows share),
+:mod:`~fabric.experiment.simulated` (runs on the ns-3 backend) and
+:mod:`~fabric.experiment.crosscheck` (the same runs on both backends).
 
 May import: fabric.model, fabric.routing, fabric.traffic, fabric.host, fabric.emulation,
-fabric.analysis, topologies.
+fabric.analysis, fabric.simulation, topologies.
 """
 
 from fabric.experiment.context import CaptureSpec, RunContext

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from fabric.emulation import EmulationOptions
 from fabric.emulation.capture import DEFAULT_MAX_PACKETS, capture_points
 from fabric.experiment.options import CC, ROCE_MTU, Option
+from fabric.experiment.simulated import SIM_TIME_SCALE
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.model.presets import Preset
@@ -60,6 +61,7 @@ class RunContext:
     values: Mapping[str, Any] = field(default_factory=dict)
     capture: CaptureSpec | None = None  # --pcap: captures of every run
     attempts: int = DEFAULT_ATTEMPTS
+    backend: str = "emulator"  # or "ns3": the runs are simulated (fabric.experiment.simulated)
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def get(self, option: Option) -> Any:
@@ -80,6 +82,13 @@ class RunContext:
         (``kwargs`` may set another ``cc``)."""
         return TransportSpec("roce", **{"mtu_payload": self.get(ROCE_MTU), "cc": self.get(CC),
                                         **kwargs})
+
+    @property
+    def time_scale(self) -> float:
+        """Seconds a workload lasts per second the experiment sizes it in: 1, but
+        :data:`~fabric.experiment.simulated.SIM_TIME_SCALE` for the simulator at physical
+        rates (``--backend ns3`` without ``--host-mbps``)."""
+        return SIM_TIME_SCALE if self.backend == "ns3" and not self.host_mbps else 1.0
 
     def seed_list(self, default: int) -> list[int]:
         """Seeds to run: ``--seeds`` or the experiment's ``default`` for the mode."""

@@ -8,7 +8,9 @@ An experiment is one module under ``experiments/`` holding one subclass of
   own command-line :class:`~fabric.experiment.options.Option` s), ``anchors``
   (the published figures it is read against), ``sets_flow_control`` (true when
   it chooses each fabric's flow control and lanes itself, e.g. to compare lossy
-  and lossless: ``--flow-control`` and ``--preset`` are then refused);
+  and lossless: ``--flow-control`` and ``--preset`` are then refused),
+  ``simulates`` (true when its runs also take the ns-3 backend, ``--backend ns3``:
+  :mod:`fabric.experiment.simulated`);
 - **pure**, before anything changes on the system: :meth:`~Experiment.topologies`,
   :meth:`~Experiment.check`, :meth:`~Experiment.run_count`,
   :meth:`~Experiment.estimate_s`;
@@ -116,6 +118,7 @@ class Experiment(ABC):
     options: ClassVar[tuple[Option, ...]] = ()
     anchors: ClassVar[Mapping[str, Any]] = {}
     sets_flow_control: ClassVar[bool] = False  # True: --flow-control and --preset refused
+    simulates: ClassVar[bool] = False  # True: it also runs on the ns-3 backend (--backend)
 
     # --- declared and pure ------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from fabric.emulation.capture import capture
 from fabric.emulation.traffic import TrafficResult, build_plan, idle_path_check, run_plan
 from fabric.experiment.checks import fidelity_of, overload_text, overloaded, run_checks
 from fabric.experiment.context import DEFAULT_ATTEMPTS, CaptureSpec, RunContext
+from fabric.experiment.simulated import SimulatedFabric, run_simulated, simulated_fabric
 from fabric.traffic.model import Plan, Transfer, TransportSpec
 
 WARM_UP_PACKETS = 16  # per transfer, before a bring-up's first measured run
@@ -133,18 +134,34 @@ class Runner:
         self.progress = Progress(total_runs, name)
         self.log = RunLog(attempts=ctx.attempts)
 
+    @property
+    def simulated(self) -> bool:
+        """True when the runs are simulated (``--backend ns3``), not emulated."""
+        return self.ctx.backend == "ns3"
+
     @contextmanager
-    def bring_up(self, graph: Any, **options: Any) -> Iterator[Emulation]:
+    def bring_up(self, graph: Any, **options: Any) -> Iterator[Emulation | SimulatedFabric]:
         """The fabric of ``graph`` running with ``options`` (:class:`EmulationOptions`
-        fields) and the run context's, torn down on leaving."""
+        fields) and the run context's, torn down on leaving; simulated under
+        ``--backend ns3`` (an option it does not model is refused)."""
+        if self.simulated:
+            yield simulated_fabric(graph, self.ctx.time_scale, **options)
+            return
         with Emulation(graph, self.ctx.options(**options)) as emu:
             yield emu
 
-    def run(self, emu: Emulation, runs: Iterable[Scheduled], transport: TransportSpec,
-            workdir: str, row_of: RowFunction, deadline_s: float = 120.0) -> None:
-        """:func:`run_schedules` on ``emu`` into ``work/<workdir>`` of the run directory."""
-        run_schedules(emu, runs, transport, self.ctx.run_dir / "work" / workdir,
-                      self.progress, row_of, self.log, deadline_s, self.ctx.capture)
+    def run(self, emu: Emulation | SimulatedFabric, runs: Iterable[Scheduled],
+            transport: TransportSpec, workdir: str, row_of: RowFunction,
+            deadline_s: float = 120.0) -> None:
+        """:func:`run_schedules` on ``emu`` (or the simulator's runs on a simulated
+        fabric) into ``work/<workdir>`` of the run directory."""
+        where = self.ctx.run_dir / "work" / workdir
+        if isinstance(emu, SimulatedFabric):
+            run_simulated(emu, runs, transport, where, self.progress, row_of, self.log,
+                          deadline_s)
+            return
+        run_schedules(emu, runs, transport, where, self.progress, row_of, self.log,
+                      deadline_s, self.ctx.capture)
 
     def table(self, name: str) -> list[dict[str, Any]]:
         """The rows of the experiment's own ``name.csv`` (appended to by the caller)."""
@@ -217,7 +234,7 @@ def _run_logged(emu: Emulation, run: Scheduled, transport: TransportSpec, workdi
                      f"{overload_text(report)}")
     log.reports.append(report)
     log.rows.append({**run.keys, **row_of(run, result, report), **run_checks(report),
-                     "attempts": attempt})
+                     "attempts": attempt, "backend": "emulator"})
     log.flows += [{**run.keys, "id": r["id"], "src": r["src"], "dst": r["dst"],
                    "bytes": r["bytes"], "fct_s": r["fct_s"],
                    "path": "/".join(r["path"] or [])} for r in result.transfer_rows()]

@@ -31,7 +31,7 @@ TRANSFER_FIELDS = ("send_start", "send_end", "recv_start", "recv_end", "recv_byt
                    "send_packets_sent", "send_retransmitted", "send_lost_detected",
                    "send_rto_count", "send_acks_received", "recv_packets_received",
                    "recv_duplicates", "recv_out_of_order", "recv_acks_sent", "send_failed",
-                   "send_delay_cuts")
+                   "send_delay_cuts", "recv_bytes_at_window_start", "recv_bytes_at_window_end")
 TIMES = {"send_start", "send_end", "recv_start", "recv_end"}
 
 
@@ -82,6 +82,17 @@ class SimResult:
     def drops(self) -> int:
         """Packets the switches' buffers dropped."""
         return sum(load.drops for load in self.links.values())
+
+
+def window_throughput(result: SimResult, window: tuple[float, float],
+                      host_mbps: float) -> float:
+    """Mean over transfers of the rate each delivered within ``window`` (the simulation's
+    ``window``), over ``host_mbps``: htsim's steady-state measure, fair only while every
+    transfer is still running through the window."""
+    seconds = window[1] - window[0]
+    rates = [(r["recv_bytes_at_window_end"] - r["recv_bytes_at_window_start"]) * 8
+             / seconds / (host_mbps * 1e6) for r in result.transfer_rows()]
+    return sum(rates) / len(rates)
 
 
 def ecmp_path(graph: nx.Graph, tables: dict[str, dict[str, tuple[int, ...]]], src: str,
@@ -147,8 +158,9 @@ def parse(output: str, scenario: sc.Scenario) -> tuple[list[dict[str, Any]], Lin
 
 
 def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: TransportSpec,
-             seed: int = 0, deadline_s: float = 120.0,
-             workdir: Path | None = None) -> SimResult:
+             seed: int = 0, deadline_s: float = 120.0, workdir: Path | None = None,
+             paths: dict[str, list[str]] | None = None,
+             window: tuple[float, float] | None = None) -> SimResult:
     """Simulate ``transfers`` on ``fabric`` with ``transport`` (no root needed).
 
     Parameters
@@ -165,6 +177,13 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
         Simulated seconds after which unfinished transfers are failures.
     workdir : Path, optional
         Where the scenario file is kept (default: a temporary directory).
+    paths : dict, optional
+        Transfer id -> the nodes its connection's data crosses, in place of the
+        hash's choice (e.g. the paths an emulated run measured, to compare the
+        two on the same collisions).
+    window : (float, float), optional
+        Simulated seconds between which each transfer's delivered bytes are
+        counted (``recv_bytes_at_window_start``/``_end``): a steady-state rate.
 
     Raises
     ------
@@ -175,7 +194,8 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
     SimulationError
         When the simulator fails.
     """
-    scen = sc.write(fabric, transfers, transport, seed=seed, deadline_s=deadline_s)
+    scen = sc.write(fabric, transfers, transport, seed=seed, deadline_s=deadline_s,
+                    paths=paths, window=window)
     binary = simulator_binary()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(workdir or tmp) / "scenario.txt"
@@ -196,13 +216,14 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
     rows, links, sim_s, _ = parse(stdout, scen)
     ports = {t.id: scen.connections[conn][2]
              for t, conn in zip(scen.transfers, scen.connection_of)}
-    paths: dict[str, list[str]] = {}
+    taken: dict[str, list[str]] = {}
     if not transport.sprays:
         tables = route_tables(fabric.graph)
         for t, conn in zip(scen.transfers, scen.connection_of):
             src_ip, dst_ip, conn_ports = scen.connections[conn]
-            paths[t.id] = ecmp_path(fabric.graph, tables, t.src, src_ip, dst_ip, conn_ports[0])
+            taken[t.id] = scen.pins.get(conn) or ecmp_path(fabric.graph, tables, t.src, src_ip,
+                                                           dst_ip, conn_ports[0])
     for row in rows:
-        row["path"] = paths.get(row["id"])
+        row["path"] = taken.get(row["id"])
     plan = Plan(scen.transfers, sc.host_addresses(fabric.graph), transport, port_seed=seed)
     return SimResult(rows, links, sim_s, wall, rss_mb, plan, ports)

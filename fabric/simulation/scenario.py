@@ -18,6 +18,9 @@ connections and transfers by their own index field:
 ``connection INDEX SRC_IP DST_IP FIRST PORT...``
     A queue pair: its UDP source ports (one: per-flow ECMP; several: sprayed)
     and the index of the first in turn.
+``pin CONNECTION SWITCH PORT...``
+    The ports a connection's data leaves each listed switch by, whatever the
+    hash says: a path given to the simulation (an emulated run's, replayed).
 ``transfer INDEX SRC DST DST_IP BYTES CONNECTION HOPS DELAY_S AFTER_START AFTER_START_S DEP...``
     A message and what it waits for (``AFTER_START`` -1: nothing).
 
@@ -173,6 +176,15 @@ def _source_ip(graph: nx.Graph, src: str, dst_ip: str) -> str:
     return _nearest_nic_ip(graph, dst, src)
 
 
+def _pins(graph: nx.Graph, index: dict[str, int], t: Transfer, path: list[str]) -> str:
+    """``SWITCH PORT`` pairs of ``path``, checked to lead from ``t.src`` to ``t.dst``."""
+    if len(path) < 3 or path[0] != t.src or path[-1] != t.dst or any(
+            not graph.has_edge(a, b) for a, b in zip(path, path[1:])):
+        raise ScheduleError(f"{t.id}: path {'/'.join(path)} is not a path of the fabric "
+                            f"from {t.src} to {t.dst}")
+    return " ".join(f"{index[a]} {fg.port(graph, a, b)}" for a, b in zip(path[1:-1], path[2:]))
+
+
 @dataclass
 class Scenario:
     """A written scenario and what reading its answer needs."""
@@ -183,30 +195,16 @@ class Scenario:
     transfers: list[Transfer]             # by transfer index, prepared
     connections: list[tuple[str, str, tuple[int, ...]]]  # src ip, dst ip, ports
     connection_of: list[int]              # by transfer index
+    pins: dict[int, list[str]]            # connection -> the path its data is pinned to
 
 
-def write(fabric: Fabric, transfers: Iterable[Transfer], transport: TransportSpec,
-          seed: int = 0, deadline_s: float = 120.0) -> Scenario:
-    """The scenario of ``transfers`` on ``fabric`` with ``transport``.
-
-    Raises
-    ------
-    ScheduleError
-        For a schedule the emulator would refuse too, or what is not modelled.
-    """
-    check_supported(transport)
+def _write_fabric(out: io.StringIO, fabric: Fabric) -> tuple[dict[str, int],
+                                                              list[tuple[str, str]]]:
+    """The ``node``, ``nic``, ``link`` and ``route`` records; the node numbers and the
+    links in their order."""
     graph = fabric.graph
-    hosts = host_addresses(graph)
-    transfers = list(transfers)
-    validate_schedule(transfers, hosts)
-    transfers = prepare(graph, transfers)
-    out = io.StringIO()
-    for key, value in transport_config(fabric, transport, deadline_s).items():
-        out.write(f"config {key} {value!r}\n" if isinstance(value, float)
-                  else f"config {key} {value}\n")
-    nodes = sorted(graph.nodes)
-    index = {name: i for i, name in enumerate(nodes)}
-    for name in nodes:
+    index = {name: i for i, name in enumerate(sorted(graph.nodes))}
+    for name in index:
         role = "switch" if fg.is_switch(graph, name) else "host"
         basis = hash_basis(name) & 0xFFFFFFFF if role == "switch" else 0
         out.write(f"node {name} {role} {basis}\n")
@@ -221,31 +219,74 @@ def write(fabric: Fabric, transfers: Iterable[Transfer], transport: TransportSpe
     for sw, table in route_tables(graph).items():
         for ip, ports in sorted(table.items()):
             out.write(f"route {index[sw]} {ip} {' '.join(map(str, ports))}\n")
-    plan = Plan(transfers, hosts, transport, port_seed=seed)
+    return index, edges
+
+
+def _write_connections(out: io.StringIO, graph: nx.Graph, index: dict[str, int],
+                       plan: Plan, paths: dict[str, list[str]] | None
+                       ) -> tuple[list[tuple[str, str, tuple[int, ...]]], list[int],
+                                  dict[int, list[str]]]:
+    """The ``connection`` and ``pin`` records: the connections, each transfer's, the pins."""
     ports = source_ports(plan)
     conn_of: dict[tuple, int] = {}
     connections: list[tuple[str, str, tuple[int, ...]]] = []
+    connection_of: list[int] = []
     pool_next: dict[tuple, int] = {}  # a sprayed pool's next first port, per sender
-    for t in transfers:
+    pins: dict[int, list[str]] = {}
+    for t in plan.transfers:
         src_ip = _source_ip(graph, t.src, t.dst_ip)
         key = (src_ip, t.dst_ip, t.dscp, t.channel)
-        if key in conn_of:
-            continue
-        conn_ports = ports[t.src][("roce", t.id)]
-        first = pool_next.get((src_ip, conn_ports), 0)
-        pool_next[(src_ip, conn_ports)] = first + 1
-        conn_of[key] = len(connections)
-        connections.append((src_ip, t.dst_ip, conn_ports))
-        out.write(f"connection {conn_of[key]} {src_ip} {t.dst_ip} {first} "
-                  f"{' '.join(map(str, conn_ports))}\n")
+        if key not in conn_of:
+            conn_ports = ports[t.src][("roce", t.id)]
+            first = pool_next.get((src_ip, conn_ports), 0)
+            pool_next[(src_ip, conn_ports)] = first + 1
+            conn_of[key] = len(connections)
+            connections.append((src_ip, t.dst_ip, conn_ports))
+            out.write(f"connection {conn_of[key]} {src_ip} {t.dst_ip} {first} "
+                      f"{' '.join(map(str, conn_ports))}\n")
+            if paths and paths.get(t.id):
+                pins[conn_of[key]] = paths[t.id]
+                out.write(f"pin {conn_of[key]} {_pins(graph, index, t, paths[t.id])}\n")
+        connection_of.append(conn_of[key])
+    return connections, connection_of, pins
+
+
+def write(fabric: Fabric, transfers: Iterable[Transfer], transport: TransportSpec,
+          seed: int = 0, deadline_s: float = 120.0,
+          paths: dict[str, list[str]] | None = None,
+          window: tuple[float, float] | None = None) -> Scenario:
+    """The scenario of ``transfers`` on ``fabric`` with ``transport``; ``paths`` pins
+    the data of a transfer's connection to the nodes given for it (its first transfer's);
+    ``window`` (simulated seconds) has each transfer's delivered bytes counted at its
+    edges.
+
+    Raises
+    ------
+    ScheduleError
+        For a schedule the emulator would refuse too, or what is not modelled.
+    """
+    check_supported(transport)
+    graph = fabric.graph
+    hosts = host_addresses(graph)
+    transfers = list(transfers)
+    validate_schedule(transfers, hosts)
+    transfers = prepare(graph, transfers)
+    out = io.StringIO()
+    config = transport_config(fabric, transport, deadline_s)
+    if window:
+        config.update(window_start=float(window[0]), window_end=float(window[1]))
+    for key, value in config.items():
+        out.write(f"config {key} {value!r}\n" if isinstance(value, float)
+                  else f"config {key} {value}\n")
+    index, edges = _write_fabric(out, fabric)
+    plan = Plan(transfers, hosts, transport, port_seed=seed)
+    connections, connection_of, pins = _write_connections(out, graph, index, plan, paths)
     tindex = {t.id: i for i, t in enumerate(transfers)}
-    connection_of = []
-    for i, t in enumerate(transfers):
-        conn = conn_of[(_source_ip(graph, t.src, t.dst_ip), t.dst_ip, t.dscp, t.channel)]
-        connection_of.append(conn)
+    for i, (t, conn) in enumerate(zip(transfers, connection_of)):
         start_dep, start_s = ((tindex[t.after_start[0]], t.after_start[1]) if t.after_start
                               else (-1, 0.0))
         deps = " ".join(str(tindex[d]) for d in t.after)
         out.write(f"transfer {i} {index[t.src]} {index[t.dst]} {t.dst_ip} {t.bytes} {conn} "
                   f"{t.hops} {t.delay_s!r} {start_dep} {start_s!r} {deps}\n")
-    return Scenario(out.getvalue(), nodes, edges, transfers, connections, connection_of)
+    return Scenario(out.getvalue(), sorted(graph.nodes), edges, transfers, connections,
+                    connection_of, pins)

@@ -36,7 +36,7 @@ LAYERS: dict[str, frozenset[str]] = {
     # it builds the fabrics an experiment names: the builders sit beside fabric
     "fabric.experiment": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
                                     "fabric.host", "fabric.emulation", "fabric.analysis",
-                                    "topologies"}),
+                                    "fabric.simulation", "topologies"}),
     "fabric.testing": frozenset({"fabric.model", "fabric.routing"}),
     # the transport's timers and parameters come from the agent's own (pure) modules
     "fabric.simulation": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
@@ -56,7 +56,8 @@ CLIENTS: dict[str, frozenset[str]] = {
     # performance scripts: the layers and the builders, never an experiment or the CLI
     "benchmarks": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
                              "fabric.agent", "fabric.host", "fabric.emulation",
-                             "fabric.analysis", "fabric.experiment", "topologies"}),
+                             "fabric.analysis", "fabric.experiment", "fabric.simulation",
+                             "topologies"}),
 }
 PROJECT_PACKAGES = ("fabric", "topologies", "controllers", "experiments", "benchmarks")
 MININET_LAYER = "fabric.emulation"

@@ -4,7 +4,11 @@ keeps dependencies. Needs ns-3 (``scripts/setup.sh --ns3``), not root."""
 
 from __future__ import annotations
 
+import csv
+import json
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +18,7 @@ import topologies
 from fabric.agent.roce import bth
 from fabric.routing.tables import route_tables
 from fabric.simulation import SimulatorMissing, build, simulate
-from fabric.simulation.run import ecmp_path
+from fabric.simulation.run import ecmp_path, window_throughput
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import ROCE_PORT, ScheduleError, Transfer, TransportSpec
 from fabric.traffic.workloads import pattern_transfers
@@ -162,3 +166,56 @@ def test_the_binary_is_built_once_per_source(monkeypatch, tmp_path: Path) -> Non
     stamp = first.stat().st_mtime_ns
     assert build.simulator_binary() == first and first.stat().st_mtime_ns == stamp
     assert first.is_relative_to(tmp_path)
+
+
+def test_a_pinned_connection_takes_its_given_path_whatever_the_hash() -> None:
+    graph = topologies.build("fat-tree")
+    t = Transfer("a", "p0e0h0", "p1e0h0", 40 * MTU)
+    fabric = Fabric(graph, host_mbps=MBPS)
+    hashed = simulate(fabric, [t], roce()).transfer_rows()[0]["path"]
+    # the other aggregation switch and core of the same plane: a path the hash did not take
+    other_agg = "p0a1" if hashed[2] == "p0a0" else "p0a0"
+    core = "c2" if other_agg == "p0a1" else "c0"
+    path = ["p0e0h0", "p0e0", other_agg, core, other_agg.replace("p0", "p1"), "p1e0", "p1e0h0"]
+    result = simulate(fabric, [t], roce(), paths={"a": path})
+    assert result.transfer_rows()[0]["path"] == path
+    for link in zip(path, path[1:]):
+        assert result.links[link].packets == 40
+    assert result.links[("p0e0", hashed[2])].packets == 0
+
+
+def test_a_path_that_is_not_the_fabric_s_is_refused() -> None:
+    graph = topologies.build("fat-tree")
+    t = Transfer("a", "p0e0h0", "p1e0h0", 40 * MTU)
+    with pytest.raises(ScheduleError, match="a: path p0e0h0/p0e0/p1e0/p1e0h0 is not a path"):
+        simulate(Fabric(graph, host_mbps=MBPS), [t], roce(),
+                 paths={"a": ["p0e0h0", "p0e0", "p1e0", "p1e0h0"]})
+
+
+def test_the_window_counts_what_a_flow_delivered_between_its_edges() -> None:
+    graph = topologies.build("fat-tree")
+    t = Transfer("a", "p0e0h0", "p1e0h0", 300 * MTU)
+    result = simulate(Fabric(graph, host_mbps=MBPS), [t], roce(), window=(0.2, 0.6))
+    # payload over wire bytes, within a packet's worth of the 0.4 s window
+    assert window_throughput(result, (0.2, 0.6), MBPS) == pytest.approx(
+        MTU / (MTU + bth.DATA_OVERHEAD), abs=PACKET_S / 0.4)
+
+
+def test_fabric_run_collisions_on_the_simulator(tmp_path: Path) -> None:
+    """The experiment's run directory as the emulator writes it, with the backend named;
+    the policy the simulator does not model is said, not silently replaced."""
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-m", "fabric.cli", "run", "collisions", "--backend",
+                          "ns3", "--quick", "--host-mbps", "10", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    with (out / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["backend"] for r in rows} == {"ns3"}
+    assert sorted((r["policy"], r["seed"]) for r in rows) == [
+        ("ecmp", "0"), ("ecmp", "1"), ("spray", "0"), ("spray", "1")]
+    assert all(float(r["norm_throughput"]) > 0.9 for r in rows if r["policy"] == "spray")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["backend"] == "ns3"
+    assert "adaptive routing is not modelled" in res.stdout
+    assert (out / "throughput.png").exists()

@@ -128,6 +128,8 @@ struct Config {
   double ai = 1, beta = 0.8, maxMdf = 0.5, endpointAllowance = 2, hopAllowance = 4,
          baseCap = 0.5, minCwnd = 0.05;
   double endTime = 10;
+  // bytes each transfer had delivered when these times passed (steady-state windows)
+  double windowStart = INF, windowEnd = INF;
 };
 Config cfg;
 
@@ -473,6 +475,7 @@ struct Transfer {
   double afterStartS = 0;
   bool started = false;
   double sendStart = -1, sendEnd = -1, recvStart = -1, recvEnd = -1;
+  int64_t atWindowStart = -1, atWindowEnd = -1;  // bytes delivered by then (-1: not yet)
   std::unique_ptr<SendQP> sq;
   std::unique_ptr<RecvQP> rq;
 };
@@ -485,6 +488,7 @@ struct Connection {
   std::deque<uint16_t> recycled;
   Window win;
   std::deque<Transfer*> senders;
+  std::unordered_map<int, int> pinned;  // switch -> port its data leaves by (a given path)
   bool opened = false;
   int64_t baseOwdUs = 0;  // the receiver's smallest one-way delay (Inbound)
   uint16_t NextPort() {
@@ -560,6 +564,9 @@ void SendOut(Node_& n, int port, Ptr<Packet> p) {
   pt.dev->Send(p, pt.dev->GetBroadcast(), 0x0800);
 }
 
+// A packet a buffer dropped takes its bookkeeping with it.
+void Dropped(Ptr<const Packet> p) { metas.erase(p->GetUid()); }
+
 void Kick(int nic);
 void DependencyDone(Transfer* t);
 void ArmTimer(Transfer* t);
@@ -623,6 +630,8 @@ void OnData(const Meta& m) {
     ++r.duplicates;
     urgent = true;
   } else {
+    if (t->atWindowStart < 0 && now >= cfg.windowStart) t->atWindowStart = r.bytes;
+    if (t->atWindowEnd < 0 && now >= cfg.windowEnd) t->atWindowEnd = r.bytes;
     r.got[m.psn] = 1;
     r.bytes += m.len;
     if (m.psn < r.maxSeen) ++r.outOfOrder; else r.maxSeen = m.psn;
@@ -664,22 +673,27 @@ void OnAckPacket(const Meta& m) {
 bool Receive(int index, Ptr<NetDevice>, Ptr<const Packet> p, uint16_t, const Address&) {
   auto it = metas.find(p->GetUid());
   if (it == metas.end()) return true;
-  Meta m = std::move(it->second);
-  metas.erase(it);
   Node_& n = nodes[index];
   if (n.host) {
+    Meta m = std::move(it->second);
+    metas.erase(it);
     if (m.ack) OnAckPacket(m); else OnData(m);
     return true;
   }
+  const Meta& m = it->second;
   auto route = n.routes.find(m.dstIp);
   if (route == n.routes.end()) return true;
   const std::vector<int>& ports = route->second;
   int port = ports.size() == 1 ? ports[0]
                                : ports[SelectHash(m.srcIp, m.dstIp, 17, m.sport, m.dport, n.basis)
                                        % ports.size()];
-  Ptr<Packet> copy = p->Copy();  // a new uid for the next hop
-  metas.emplace(copy->GetUid(), std::move(m));
-  SendOut(n, port, copy);
+  if (!m.ack) {
+    const auto& pinned = connections[transfers[m.msg]->conn]->pinned;
+    auto pin = pinned.find(index);
+    if (pin != pinned.end()) port = pin->second;
+  }
+  // the same packet (and uid) goes on: nothing else holds it once its device handed it up
+  SendOut(n, port, ConstCast<Packet>(p));
   return true;
 }
 
@@ -880,7 +894,8 @@ void ReadScenario(std::istream& in) {
             {"ai", &cfg.ai}, {"beta", &cfg.beta}, {"max_mdf", &cfg.maxMdf},
             {"endpoint_allowance", &cfg.endpointAllowance},
             {"hop_allowance", &cfg.hopAllowance}, {"base_cap", &cfg.baseCap},
-            {"min_cwnd", &cfg.minCwnd}, {"end_time", &cfg.endTime}};
+            {"min_cwnd", &cfg.minCwnd}, {"end_time", &cfg.endTime},
+            {"window_start", &cfg.windowStart}, {"window_end", &cfg.windowEnd}};
         if (!d.count(key)) Fail("line " + std::to_string(lineNo) + ": unknown config " + key);
         if (key == "mtu") cfg.mtu = (int)v;
         else if (key == "ack_every") cfg.ackEvery = (int)v;
@@ -920,6 +935,7 @@ void ReadScenario(std::istream& in) {
         // a host's NIC holds what its transport hands it (one packet at a time)
         q->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, nodes[who].host ? 1u << 20 : buffer));
         dev->SetQueue(q);
+        q->TraceConnectWithoutContext("Drop", MakeCallback(&Dropped));
         links[index].queue[side] = q;
         dev->SetReceiveCallback(MakeBoundCallback(&Receive, who));
         if (nodes[who].host) {
@@ -956,6 +972,12 @@ void ReadScenario(std::istream& in) {
       if (c->ports.empty()) Fail("connection " + std::to_string(c->index) + ": no source port");
       c->rot %= c->ports.size();
       connections.push_back(std::move(c));
+    } else if (kind == "pin") {
+      int conn, sw, port;
+      f >> conn;
+      if (conn < 0 || conn >= (int)connections.size())
+        Fail("line " + std::to_string(lineNo) + ": pin of an unknown connection");
+      while (f >> sw >> port) connections[conn]->pinned[sw] = port;
     } else if (kind == "transfer") {
       auto t = std::make_unique<Transfer>();
       std::string dip;
@@ -1006,7 +1028,10 @@ void Report(double wall) {
               << s.retransmitted << ' ' << s.lostDetected << ' ' << s.rtoCount << ' '
               << s.acksReceived << ' ' << r.packetsReceived << ' ' << r.duplicates << ' '
               << r.outOfOrder << ' ' << r.acksSent << ' ' << (s.failed ? 1 : 0) << ' '
-              << s.win->control.decreases << '\n';
+              << s.win->control.decreases << ' '
+              // a transfer that finished before a window edge had all its bytes by then
+              << (t.atWindowStart >= 0 ? t.atWindowStart : r.bytes) << ' '
+              << (t.atWindowEnd >= 0 ? t.atWindowEnd : r.bytes) << '\n';
   }
   for (size_t i = 0; i < links.size(); ++i) {
     LinkStats& l = links[i];
@@ -1025,6 +1050,9 @@ int main(int argc, char** argv) {
   if (argc != 2) Fail("usage: fabric-sim SCENARIO");
   std::ifstream in(argv[1]);
   if (!in) Fail(std::string("cannot read ") + argv[1]);
+  // a binary heap: cheaper per event than the default map at this many events in flight
+  ObjectFactory scheduler("ns3::HeapScheduler");
+  Simulator::SetScheduler(scheduler);
   ReadScenario(in);
   if (cfg.packetTime <= 0) Fail("config packet_time must be > 0");
   Setup();

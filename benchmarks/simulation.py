@@ -1,0 +1,113 @@
+"""The ns-3 backend: its figures beside the emulator's, and its cost at scale.
+
+``crosscheck`` (root) runs the collisions experiment's one-flow patterns on both
+backends, run for run (:mod:`fabric.experiment.crosscheck`), and prints each
+cell: throughput over line rate on the emulator and in the simulator, each
+beside its per-run ideal, and their difference.
+
+``scale`` (no root) simulates a random permutation under ECMP and spraying on
+fabrics of growing size at the graph's physical rates, flows of ``--flow-ms``
+of line rate, and prints the mean rate the flows delivered from 1 to 3 ms (as
+htsim measures: every flow still running) beside htsim's published figures, the
+mean rate by completion time (the collisions experiment's measure), simulated
+time, wall time, memory and packets simulated per second.
+
+Usage::
+
+    sudo .venv/bin/python benchmarks/simulation.py crosscheck [--topo fat-tree] [--seeds 2]
+    .venv/bin/python benchmarks/simulation.py scale [--topo fat-tree,k=4,fat-tree,k=8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import topologies
+from fabric.argtypes import integer, positive_number
+from fabric.experiment.simulated import physical_host_mbps
+from fabric.simulation import simulate
+from fabric.simulation.run import window_throughput
+from fabric.simulation.scenario import Fabric
+from fabric.traffic.model import SPRAY_ENTROPY_PORTS, TransportSpec
+from fabric.traffic.workloads import norm_throughput, pattern_transfers
+
+# htsim's random permutations on k-ary fat-trees (ECMP, spraying), as issue #40 cites them
+HTSIM = {"fat-tree,k=4": ("0.52", "0.93-0.98"), "fat-tree,k=8": ("0.45", "0.91-0.98"),
+         "fat-tree,k=16": ("0.37-0.38", "0.91-0.96")}
+DEFAULT_SCALE = "fat-tree,k=4;fat-tree,k=8;fat-tree,k=16"
+WINDOW_S = (1e-3, 3e-3)  # htsim's measurement window
+
+
+def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
+    """Print the emulator and the simulator side by side, run for run."""
+    from fabric.experiment.crosscheck import crosscheck
+
+    print(f"{'topology':>10} {'policy':>6} {'pattern':>11} seed  emulated (ideal)  "
+          f"simulated (ideal)  sim-emu  valid")
+    for spec in specs:
+        graph = topologies.build(spec)
+        for policy in ("ecmp", "spray"):
+            cells = crosscheck(graph, policy, ("stride", "permutation"), range(seeds),
+                               workdir / f"{spec}-{policy}")
+            for c in cells:
+                print(f"{spec:>10} {policy:>6} {c.pattern:>11} {c.seed:>4}  "
+                      f"{c.emulated:.3f} ({c.emulated_ideal:.3f})     "
+                      f"{c.simulated:.3f} ({c.simulated_ideal:.3f})    {c.difference:+.3f}  "
+                      f"{c.valid}", flush=True)
+
+
+def scale_table(specs: list[str], flow_ms: float, seed: int) -> None:
+    """Print a permutation's throughput and cost per fabric size and policy."""
+    print(f"{'topology':>16} {'hosts':>5} {'policy':>6} 1-3 ms  htsim      by FCT  "
+          f"simulated  wall     memory  packets/s")
+    for spec in specs:
+        graph = topologies.build(spec)
+        mbps = physical_host_mbps(graph)
+        transfers, ranks, _ = pattern_transfers(graph, "permutation", seed, mbps,
+                                                flow_ms / 1e3)
+        for policy, entropy in (("ecmp", "flow"), ("spray", "recycle")):
+            transport = TransportSpec("roce", entropy=entropy,
+                                      entropy_ports=SPRAY_ENTROPY_PORTS, rate_mbps=mbps)
+            result = simulate(Fabric(graph), transfers, transport, seed=seed, deadline_s=1.0,
+                              window=WINDOW_S)
+            rows = result.transfer_rows()
+            steady = window_throughput(result, WINDOW_S, mbps)
+            value = norm_throughput("permutation", {r["id"]: (r["send_start"], r["recv_end"],
+                                                              r["bytes"]) for r in rows},
+                                    ranks, None, mbps)
+            packets = sum(r["send_packets_sent"] for r in rows)
+            anchor = HTSIM.get(spec, ("-", "-"))[policy == "spray"]
+            print(f"{spec:>16} {len(ranks):>5} {policy:>6} {steady:>6.3f}  {anchor:<9}  "
+                  f"{value:>6.3f}  "
+                  f"{result.sim_s * 1e3:>6.2f} ms  {result.wall_s:>5.1f} s  "
+                  f"{result.max_rss_mb:>4.0f} MB  {packets / result.wall_s:>9.0f}"
+                  + ("" if result.complete else "  INCOMPLETE"), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    cross = sub.add_parser("crosscheck", help="emulator and simulator side by side (root)")
+    cross.add_argument("--topo", default="rail-clos;fat-tree",
+                       help="topology specs separated by ';' (default: rail-clos;fat-tree)")
+    cross.add_argument("--seeds", type=integer(1, 10), default=2)
+    scale = sub.add_parser("scale", help="the simulator's cost and figures by fabric size")
+    scale.add_argument("--topo", default=DEFAULT_SCALE,
+                       help=f"topology specs separated by ';' (default: {DEFAULT_SCALE})")
+    scale.add_argument("--flow-ms", type=positive_number(), default=4.0,
+                       help="each flow's length in ms of line rate (default: 4, past the "
+                            "1-3 ms window)")
+    scale.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    specs = args.topo.split(";")
+    if args.what == "crosscheck":
+        with tempfile.TemporaryDirectory(prefix="fabric-crosscheck-") as tmp:
+            crosscheck_table(specs, args.seeds, Path(tmp))
+    else:
+        scale_table(specs, args.flow_ms, args.seed)
+
+
+if __name__ == "__main__":
+    main()

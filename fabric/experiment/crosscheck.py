@@ -1,0 +1,97 @@
+"""The emulator and the ns-3 simulator on the same runs, side by side (root).
+
+For one fabric and routing policy: one bring-up at the collisions experiment's
+rate; every (pattern, seed) of the one-flow patterns runs on it, and the
+simulator runs the same transfers at the same rate with the same seed. Under
+per-flow ECMP the simulator's data takes the paths the emulated run measured:
+Open vSwitch's hash and the simulator's documented one pick different paths for
+the same seed, and the comparison is of the two fabrics and transports on the
+same collisions, not of two hash functions. Each backend's figure stands beside
+its own per-run ideal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from fabric.analysis.report import ideal_spans
+from fabric.emulation import Emulation, EmulationOptions, capacity
+from fabric.emulation.machine_speed import default_host_mbps
+from fabric.experiment.checks import fidelity_of
+from fabric.experiment.loop import idle_check, traffic_run, warm_up, Scheduled
+from fabric.simulation import simulate
+from fabric.simulation.scenario import Fabric
+from fabric.traffic.model import SPRAY_ENTROPY_PORTS, TransportSpec
+from fabric.traffic.workloads import norm_throughput, pattern_transfers
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run on both backends: throughput over line rate, each beside its ideal."""
+
+    pattern: str
+    seed: int
+    emulated: float
+    emulated_ideal: float
+    simulated: float
+    simulated_ideal: float
+    valid: bool  # the emulated run passed its fidelity checks
+
+    @property
+    def difference(self) -> float:
+        """Simulated minus emulated."""
+        return self.simulated - self.emulated
+
+
+def _measure(graph: Any, result: Any, pattern: str, ranks: list[str], size: Any,
+             host_mbps: float, link_mbps: Any, spray: bool) -> tuple[float, float]:
+    """Mean flow rate over line rate, measured and on the run's ideal."""
+    rows = result.transfer_rows()
+    measured = norm_throughput(pattern, {r["id"]: (r["send_start"], r["recv_end"], r["bytes"])
+                                         for r in rows}, ranks, size, host_mbps)
+    spans = ideal_spans(result, graph, link_mbps, spray)
+    ideal = norm_throughput(pattern, {r["id"]: (spans[r["id"]].start, spans[r["id"]].end,
+                                                r["bytes"]) for r in rows}, ranks, size,
+                            host_mbps)
+    return measured, ideal
+
+
+def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable[int],
+               workdir: Path, cc: str = "swift") -> list[Cell]:
+    """Every (pattern, seed) of ``patterns`` under ``policy`` (``ecmp`` or ``spray``) on
+    both backends (see the module docstring)."""
+    entropy = "flow" if policy == "ecmp" else "recycle"
+    transport = TransportSpec("roce", entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS, cc=cc)
+    mbps = default_host_mbps(graph, packet_bytes=transport.packet_bytes,
+                             headroom=capacity.ROCE_RATE_HEADROOM)
+    options = EmulationOptions(policy=policy, host_mbps=mbps,
+                               packet_bytes=transport.packet_bytes)
+    cells = []
+    with Emulation(graph, options) as emu:
+        plan = emu.report.rate_plan
+        transport = TransportSpec("roce", entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS,
+                                  cc=cc, rate_mbps=plan.host_mbps)
+        idle = idle_check(emu, transport, workdir / "idle")
+        fabric = Fabric(graph, host_mbps=plan.host_mbps, queue_pkts=emu.options.queue_pkts)
+        warmed = False
+        for pattern in patterns:
+            for seed in seeds:
+                transfers, ranks, size = pattern_transfers(graph, pattern, seed, plan.host_mbps)
+                if not warmed:
+                    warm_up(emu, Scheduled({}, transfers, seed), transport,
+                            workdir / "warm-up")
+                    warmed = True
+                where = workdir / f"{pattern}-{seed}"
+                emulated = traffic_run(emu, transfers, transport, where, seed)
+                valid = fidelity_of(emulated, [idle])["valid"]
+                paths = ({r["id"]: r["path"] for r in emulated.transfer_rows() if r["path"]}
+                         if policy == "ecmp" else None)
+                simulated = simulate(fabric, transfers, transport, seed=seed, paths=paths)
+                args = (pattern, ranks, size, plan.host_mbps, plan.link_mbps, policy != "ecmp")
+                emu_value, emu_ideal = _measure(graph, emulated, *args)
+                sim_value, sim_ideal = _measure(graph, simulated, *args)
+                cells.append(Cell(pattern, seed, emu_value, emu_ideal, sim_value, sim_ideal,
+                                  valid))
+    return cells

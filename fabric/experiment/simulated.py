@@ -1,0 +1,161 @@
+"""An experiment's runs on the ns-3 backend (``fabric run ... --backend ns3``).
+
+Where the emulator brings a fabric up, the simulator takes the same graph; each
+scheduled run becomes one simulation (:func:`fabric.simulation.simulate`) with
+the same transfers, transport and seed, and the experiment's own row function
+reads its result as it reads an emulated one. What the simulator does not
+model is refused by :func:`simulated_fabric`, in one line.
+
+Rates: with ``--host-mbps`` every link is scaled as the emulator scales it and
+the workloads keep their sizes, so a run is the emulated run's twin. Without it
+the links run at the graph's physical rates and every workload is
+:data:`SIM_TIME_SCALE` times as long in seconds of line rate (the collisions
+experiment's 3 s flows become 3 ms: htsim's measurement window, ~9,000 packets
+at 100 Gbit/s). The transport's timers are in packet times either way.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from fabric.emulation import fidelity
+from fabric.emulation.capacity import mean_switch_hops
+from fabric.emulation.shaping import DEFAULT_QUEUE_PKTS
+from fabric.errors import UserError
+from fabric.model import graph as fg
+from fabric.simulation import SimResult, simulate
+from fabric.simulation.scenario import Fabric
+from fabric.traffic.model import TransportSpec
+
+BACKENDS = ("emulator", "ns3")
+SIM_TIME_SCALE = 1e-3  # workload seconds at physical rates, per second at the emulated rate
+# routing policies the simulator runs: the same select groups, the senders' entropy apart
+SIMULATED_POLICIES = ("ecmp", "spray")
+# Packets a link carries per second of wall time in the simulator, ACKs included, and a
+# run's fixed cost (scenario, start-up, reading the answer): benchmarks/simulation.py
+SIM_PACKET_HOPS_PER_S = 6e5
+SIM_RUN_OVERHEAD_S = 0.5
+
+
+class NotSimulated(UserError, ValueError):
+    """Something a run asks for that the ns-3 backend does not model."""
+
+
+@dataclass(frozen=True)
+class SimRatePlan:
+    """The rates of a simulated fabric, as an emulated one's ``rate_plan`` gives them."""
+
+    host_mbps: float
+    link_mbps: dict[frozenset, float]
+    packet_bytes: int
+
+    @property
+    def packet_s(self) -> float:
+        """Seconds a full-size packet takes on a host link."""
+        return self.packet_bytes * 8 / (self.host_mbps * 1e6)
+
+
+@dataclass(frozen=True)
+class SimReport:
+    """What an experiment reads of a bring-up's report."""
+
+    rate_plan: SimRatePlan
+
+
+@dataclass(frozen=True)
+class SimulatedFabric:
+    """A fabric the simulator runs, standing where an :class:`Emulation` would."""
+
+    fabric: Fabric
+    report: SimReport
+    time_scale: float  # workload seconds per second the experiment sizes them in
+
+    @property
+    def graph(self) -> Any:
+        """The fabric graph."""
+        return self.fabric.graph
+
+
+def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = None,
+                     packet_bytes: int = 0, queue_pkts: int = DEFAULT_QUEUE_PKTS,
+                     policy: str = "ecmp", **unmodelled: Any) -> SimulatedFabric:
+    """The simulated twin of ``Emulation(graph, EmulationOptions(...))``; its workloads
+    last ``time_scale`` times the seconds the experiment sizes them in.
+
+    Raises
+    ------
+    NotSimulated
+        For a policy or option the simulator does not model (a user's controller app,
+        lanes, flow control, ...).
+    """
+    if policy not in SIMULATED_POLICIES:
+        raise NotSimulated(f"the ns-3 backend does not model the {policy} routing policy "
+                           f"(it runs {', '.join(SIMULATED_POLICIES)})")
+    for name, value in unmodelled.items():
+        if value not in (None, False, "cubic") and not _default_lanes(name, value):
+            raise NotSimulated(f"the ns-3 backend does not model {name.replace('_', ' ')}")
+    fabric = Fabric(graph, host_mbps=host_mbps, queue_pkts=queue_pkts)
+    scale = fabric.scale / 1e6  # Mbit/s per physical Gbit/s
+    links = {frozenset((a, b)): d["gbps"] * scale for a, b, d in graph.edges(data=True)}
+    plan = SimRatePlan(fabric.host_bps / 1e6, links, packet_bytes)
+    return SimulatedFabric(fabric, SimReport(plan), time_scale)
+
+
+def physical_host_mbps(graph: Any) -> float:
+    """The fastest endpoint link's physical rate, Mbit/s."""
+    return Fabric(graph).host_bps / 1e6
+
+
+def _default_lanes(name: str, value: Any) -> bool:
+    """True for the single-lane configuration (what the simulator's one queue is)."""
+    return name == "lanes" and not getattr(value, "isolating", True)
+
+
+def estimate_s(graph: Any, host_mbps: float, seconds_per_host: float,
+               packet_bytes: int) -> float:
+    """Wall seconds to simulate every endpoint sending ``seconds_per_host`` of its
+    line rate (at ``host_mbps``) in ``packet_bytes`` packets."""
+    packets = len(fg.endpoints(graph)) * seconds_per_host * host_mbps * 1e6 / 8 / packet_bytes
+    # each packet crosses the switches' hops and the two host links; an ACK per 8 packets
+    return SIM_RUN_OVERHEAD_S + packets * (mean_switch_hops(graph) + 1) * 1.125 \
+        / SIM_PACKET_HOPS_PER_S
+
+
+def completion(result: SimResult) -> dict[str, Any]:
+    """The fidelity report of a simulated run: every transfer finished. A simulation is
+    not CPU-bound, so the emulator's load checks do not apply."""
+    rows = result.transfer_rows()
+    done = sum(1 for r in rows if r["fct_s"] is not None)
+    failed = sum(1 for r in rows if r["send_failed"])
+    check = fidelity.Check("transfers_complete", round(done / len(rows), 4) if rows else 0.0,
+                           1.0, bool(rows) and done == len(rows),
+                           f"{done}/{len(rows)} done" + (f", {failed} gave up after repeated "
+                                                         f"timeouts" if failed else ""))
+    return fidelity.report([check])
+
+
+def run_simulated(fab: SimulatedFabric, runs: Iterable[Any], transport: TransportSpec,
+                  workdir: Path, progress: Any, row_of: Callable, log: Any,
+                  deadline_s: float = 120.0) -> None:
+    """Simulate every run of ``runs`` (``Scheduled``) and log it as the emulator's runs
+    are logged; each run keeps its scenario file under ``workdir/<run>``."""
+    for run in runs:
+        progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))
+        where = workdir / run.name
+        where.mkdir(parents=True, exist_ok=True)
+        result = simulate(fab.fabric, run.transfers, transport, seed=run.seed,
+                          deadline_s=deadline_s * fab.time_scale, workdir=where)
+        report = completion(result)
+        (where / "fidelity.json").write_text(json.dumps(report, indent=1))
+        progress.say(f"simulated {result.sim_s:.4g} s in {result.wall_s:.1f} s wall, "
+                     f"{result.max_rss_mb:.0f} MB")
+        log.reports.append(report)
+        log.rows.append({**run.keys, **row_of(run, result, report), "backend": "ns3",
+                         "wall_s": round(result.wall_s, 2),
+                         "memory_mb": round(result.max_rss_mb, 1)})
+        log.flows += [{**run.keys, "id": r["id"], "src": r["src"], "dst": r["dst"],
+                       "bytes": r["bytes"], "fct_s": r["fct_s"],
+                       "path": "/".join(r["path"] or [])} for r in result.transfer_rows()]
