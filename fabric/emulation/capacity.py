@@ -107,6 +107,8 @@ ROCE_RATE_HEADROOM = 0.9
 MIN_PACKET_BYTES = ROCE_MTUS[0] + ROCE_PACKET_OVERHEAD
 AUTO_RATE_STEP_MBPS = 0.5
 FINE_RATE_STEP_MBPS = 0.1  # below 1 Mbit/s (large fabrics), down to what HTB shapes
+# what a fabric too large for this machine can do instead
+SMALLER = "a smaller fabric, or simulate it (fabric run collisions --backend ns3)"
 
 
 class CapacityError(UserError, ValueError):
@@ -194,7 +196,7 @@ def auto_host_mbps(graph: nx.Graph, datapath: str = "user",
     if rate < FINE_RATE_STEP_MBPS:
         raise CapacityError(f"even {FINE_RATE_STEP_MBPS} Mbit/s per host link exceeds what "
                             f"{datapath}space Open vSwitch forwards faithfully here; "
-                            f"use a smaller fabric")
+                            f"use {SMALLER}")
     return rate
 
 
@@ -280,7 +282,7 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
     ports = sum(graph.degree(sw) for sw in fg.switches(graph))
     if datapath == "user" and ports > MAX_USERSPACE_PORTS:
         raise CapacityError(f"{ports} switch ports exceed the {MAX_USERSPACE_PORTS} that userspace "
-                            f"Open vSwitch forwards on this machine; use a smaller fabric")
+                            f"Open vSwitch forwards on this machine; use {SMALLER}")
     demand = (_injected_bps(graph, host_mbps, busy_links) / (packet_bytes * 8)
               * mean_switch_hops(graph))
     budget = forwarding_budget(ports, datapath)
@@ -291,7 +293,7 @@ def plan_rates(graph: nx.Graph, host_mbps: float | None = None, datapath: str = 
                 f"the fabric needs {demand / host_mbps / 1e3:.0f} k packet-hops/s per Mbit/s "
                 f"of host rate; {datapath}space Open vSwitch forwards about "
                 f"{budget / 1e3:.0f} k here, less than the lowest rate HTB shapes "
-                f"({MIN_SHAPED_MBPS} Mbit/s) needs: use a smaller fabric")
+                f"({MIN_SHAPED_MBPS} Mbit/s) needs: use {SMALLER}")
         raise CapacityError(
             f"at {host_mbps:g} Mbit/s per host link the fabric needs {demand / 1e3:.0f} k "
             f"packet-hops/s at {'full' if busy_links is None else f'{busy_links}-link'} load, but {datapath}space Open vSwitch forwards about "

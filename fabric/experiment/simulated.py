@@ -36,7 +36,8 @@ SIM_TIME_SCALE = 1e-3  # workload seconds at physical rates, per second at the e
 SIMULATED_POLICIES = ("ecmp", "spray")
 # Packets a link carries per second of wall time in the simulator, ACKs included, and a
 # run's fixed cost (scenario, start-up, reading the answer): benchmarks/simulation.py
-SIM_PACKET_HOPS_PER_S = 6e5
+# measured ~7e5 on a k=8 fat-tree and ~2.4e5 on a k=16 one (its state outgrows the caches)
+SIM_PACKET_HOPS_PER_S = 3e5
 SIM_RUN_OVERHEAD_S = 0.5
 
 
