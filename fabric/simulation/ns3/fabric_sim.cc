@@ -149,7 +149,7 @@ struct Meta {
   // ack
   int cum = 0, trigger = 0, duplicates = 0;
   std::vector<int> sacked;   // PSNs above cum the receiver holds (its bitmap)
-  uint32_t owdNs = 0;
+  uint64_t owdNs = 0;
   std::vector<uint16_t> echo;
 };
 std::unordered_map<uint64_t, Meta> metas;
@@ -491,7 +491,7 @@ struct Connection {
   std::deque<Transfer*> senders;
   std::unordered_map<int, int> pinned;  // switch -> port its data leaves by (a given path)
   bool opened = false;
-  int64_t baseOwdUs = 0;  // the receiver's smallest one-way delay (Inbound)
+  uint64_t baseOwdNs = 0;  // the receiver's smallest one-way delay (Inbound)
   uint16_t NextPort() {
     if (!recycled.empty()) {
       uint16_t p = recycled.front();
@@ -619,14 +619,16 @@ void OnData(const Meta& m) {
   if (t->recvStart < 0) t->recvStart = now;
   r.trigger = m.psn;
   r.replyPort = m.sport;
-  // microseconds, as the wire carries them (at least 1: measured)
-  uint64_t owdUs = std::max<int64_t>(1, (int64_t)((now - m.sentAt) * 1e6));
-  r.owdSumNs += owdUs * 1000;
+  // nanoseconds (at least 1: measured). The emulator's wire carries microseconds, far
+  // below its packet times; at physical rates a packet takes a third of one, so the
+  // simulator keeps the delay as finely as it keeps time.
+  uint64_t owdNs = std::max<int64_t>(1, std::llround((now - m.sentAt) * 1e9));
+  r.owdSumNs += owdNs;
   ++r.owdCount;
-  if (!c.baseOwdUs || owdUs < c.baseOwdUs) c.baseOwdUs = owdUs;
+  if (!c.baseOwdNs || owdNs < c.baseOwdNs) c.baseOwdNs = owdNs;
   // entropy recycling: echo a port whose packet queued no more than swift allows
   double echoExcess = (cfg.endpointAllowance + t->hops * cfg.hopAllowance) * cfg.packetTime;
-  if (m.echoWanted && (owdUs - c.baseOwdUs) <= std::llround(echoExcess * 1e6) &&
+  if (m.echoWanted && (owdNs - c.baseOwdNs) <= std::llround(echoExcess * 1e9) &&
       (int)r.echo.size() < MAX_ECHO)
     r.echo.push_back(m.sport);
   bool urgent;
