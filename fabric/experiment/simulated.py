@@ -96,7 +96,7 @@ def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = No
         raise NotSimulated(f"the ns-3 backend does not model the {policy} routing policy "
                            f"(it runs {', '.join(SIMULATED_POLICIES)})")
     for name, value in unmodelled.items():
-        if value not in (None, False, "cubic") and not _default_lanes(name, value):
+        if value not in (None, False):
             raise NotSimulated(f"the ns-3 backend does not model {name.replace('_', ' ')}")
     fabric = Fabric(graph, host_mbps=host_mbps, queue_pkts=queue_pkts)
     scale = fabric.scale / 1e6  # Mbit/s per physical Gbit/s
@@ -108,11 +108,6 @@ def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = No
 def physical_host_mbps(graph: Any) -> float:
     """The fastest endpoint link's physical rate, Mbit/s."""
     return Fabric(graph).host_bps / 1e6
-
-
-def _default_lanes(name: str, value: Any) -> bool:
-    """True for the single-lane configuration (what the simulator's one queue is)."""
-    return name == "lanes" and not getattr(value, "isolating", True)
 
 
 def estimate_s(graph: Any, host_mbps: float, seconds_per_host: float,

@@ -20,10 +20,10 @@ import networkx as nx
 
 from fabric.errors import UserError
 from fabric.model import graph as fg
+from fabric.routing.hashing import IPPROTO_UDP, pick_weighted, select_hash
 from fabric.routing.tables import hash_basis, route_tables
 from fabric.simulation import scenario as sc
 from fabric.simulation.build import simulator_binary
-from fabric.routing.hashing import IPPROTO_UDP, pick_weighted, select_hash
 from fabric.traffic.model import ROCE_PORT, Plan, Transfer, TransportSpec
 
 # the simulator's per-transfer fields after the index, in order (-1: never happened)
@@ -123,10 +123,6 @@ def _nic_port(graph: nx.Graph, node: str, ip: str) -> int:
     return next(nic["port"] for nic in graph.nodes[node]["nics"] if nic["ip"] == ip)
 
 
-def _number(text: str) -> float:
-    return float(text)
-
-
 def parse(output: str, scenario: sc.Scenario) -> tuple[list[dict[str, Any]], LinkLoads,
                                                       float, float]:
     """Rows, link loads, simulated and wall seconds from the simulator's answer."""
@@ -141,7 +137,7 @@ def parse(output: str, scenario: sc.Scenario) -> tuple[list[dict[str, Any]], Lin
             row: dict[str, Any] = {"id": t.id, "src": t.src, "dst": t.dst, "bytes": t.bytes,
                                    "tag": t.tag}
             for name, text in zip(TRANSFER_FIELDS, values[1:]):
-                value = _number(text)
+                value = float(text)
                 row[name] = (None if value < 0 else value) if name in TIMES else int(value)
             start, end = row["send_start"], row["recv_end"]
             row["fct_s"] = end - start if start is not None and end is not None else None

@@ -219,3 +219,14 @@ def test_fabric_run_collisions_on_the_simulator(tmp_path: Path) -> None:
     assert manifest["parameters"]["backend"] == "ns3"
     assert "adaptive routing is not modelled" in res.stdout
     assert (out / "throughput.png").exists()
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"policy": "adaptive"}, "does not model the adaptive routing policy"),
+    ({"controller_app": "my.app:App"}, "does not model controller app"),
+])
+def test_a_bring_up_the_simulator_does_not_model_is_refused(options, words) -> None:
+    from fabric.experiment.simulated import NotSimulated, simulated_fabric
+
+    with pytest.raises(NotSimulated, match=words):
+        simulated_fabric(topologies.build("fat-tree"), 1.0, **options)

@@ -50,7 +50,7 @@ const int MAX_ECHO = 32;
 const int L2_L3_L4 = 14 + 20 + 8;        // Ethernet, IPv4, UDP
 const int DATA_OVERHEAD = L2_L3_L4 + 12 + 4;  // + BTH, ICRC
 const int ACK_FIXED = L2_L3_L4 + 32 + 4;      // + BTH, AETH and its extension, ICRC
-const int PPP_HEADER = 2;  // ns-3 adds it where the wire has Ethernet's 14 bytes
+const int PPP_HEADER = 2;  // what ns-3's point-to-point devices add to every packet
 
 // ---------------------------------------------------------------- the select hash
 uint32_t Crc32(const uint8_t* data, size_t len) {
@@ -550,10 +550,10 @@ Time Until(double at) {
 
 void StartTransfer(Transfer* t);
 
-// A packet of ``wireBytes`` on the wire (Ethernet framing counted, as the
-// emulator's shapers count it): ns-3's point-to-point header stands in for it.
+// A packet of ``wireBytes`` on the wire (Ethernet's header counted, as the
+// emulator's shapers count it): with ns-3's point-to-point header, as many bytes.
 Ptr<Packet> MakePacket(int wireBytes, Meta meta) {
-  Ptr<Packet> p = Create<Packet>(wireBytes - 14);
+  Ptr<Packet> p = Create<Packet>(wireBytes - PPP_HEADER);
   metas.emplace(p->GetUid(), std::move(meta));
   return p;
 }
@@ -563,7 +563,7 @@ void SendOut(Node_& n, int port, Ptr<Packet> p) {
   LinkStats& ls = links[pt.link];
   int dir = pt.forward ? 0 : 1;
   ls.packets[dir] += 1;
-  ls.bytes[dir] += p->GetSize() + 14;
+  ls.bytes[dir] += p->GetSize() + PPP_HEADER;
   pt.dev->Send(p, pt.dev->GetBroadcast(), 0x0800);
 }
 
