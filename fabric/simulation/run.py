@@ -200,8 +200,13 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
         started = time.monotonic()
         with out_path.open("w") as out, err_path.open("w") as err:
             proc = subprocess.Popen([str(binary), str(path)], stdout=out, stderr=err)
-            # reaped here, not by Popen: wait4 gives the simulator's own peak memory
-            _, status, usage = os.wait4(proc.pid, 0)
+            try:
+                # reaped here, not by Popen: wait4 gives the simulator's own peak memory
+                _, status, usage = os.wait4(proc.pid, 0)
+            except BaseException:  # interrupted (Ctrl-C): the simulator goes too
+                proc.kill()
+                proc.wait()
+                raise
             proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - started
         stdout, stderr = out_path.read_text(), err_path.read_text()
