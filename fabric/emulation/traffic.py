@@ -133,33 +133,11 @@ def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSp
     # the transport's timeout floor follows the switches' buffer
     transport = replace(transport, buffer_packets=emu.options.queue_pkts)
     transfers = [t if t.dst_ip or len(graph.nodes[t.dst]["nics"]) == 1
-                 else replace(t, dst_ip=nearest_nic_ip(graph, t.src, t.dst)) for t in transfers]
-    transfers = [t if t.hops else replace(t, hops=path_links(graph, t.src, t.dst))
+                 else replace(t, dst_ip=fg.nearest_nic_ip(graph, t.src, t.dst)) for t in transfers]
+    transfers = [t if t.hops else replace(t, hops=fg.path_links(graph, t.src, t.dst))
                  for t in transfers]
     return Plan(list(transfers), hosts, transport, time.time() + START_LEAD_S, deadline_s,
                 port_seed)
-
-
-def path_links(graph: Any, src: str, dst: str) -> int:
-    """Links on a shortest path from ``src`` to ``dst`` through switches only."""
-    return nx.shortest_path_length(graph.subgraph(set(fg.switches(graph)) | {src, dst}),
-                                   src, dst)
-
-
-def nearest_nic_ip(graph: Any, src: str, dst: str) -> str:
-    """The address of ``dst``'s NIC closest to ``src`` (a dual-homed storage
-    node is reached in the client's own zone, not across inter-zone links)."""
-    core = graph.subgraph(fg.switches(graph))
-    src_switch = next(iter(graph.neighbors(src)))
-    dist = nx.single_source_shortest_path_length(core, src_switch)
-    best = min(graph.nodes[dst]["nics"],
-               key=lambda nic: (dist.get(_switch_on_port(graph, dst, nic["port"]), 1 << 30),
-                                nic["port"]))
-    return best["ip"]
-
-
-def _switch_on_port(graph: Any, node: str, port_no: int) -> str:
-    return next(n for n in graph.neighbors(node) if fg.port(graph, node, n) == port_no)
 
 
 def flow_keys(plan: Plan) -> tuple[list[FlowKey], dict[str, int]]:

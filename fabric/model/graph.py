@@ -125,6 +125,22 @@ def _neighbour_on_port(graph: nx.Graph, node: str, port_no: int) -> str:
     raise TopologyError(f"{node} has no link on port {port_no}")
 
 
+def path_links(graph: nx.Graph, src: str, dst: str) -> int:
+    """Links on a shortest path from ``src`` to ``dst`` through switches only."""
+    return nx.shortest_path_length(graph.subgraph(set(switches(graph)) | {src, dst}), src, dst)
+
+
+def nearest_nic_ip(graph: nx.Graph, src: str, dst: str) -> str:
+    """The address of ``dst``'s NIC closest to ``src`` (a dual-homed storage
+    node is reached in the client's own zone, not across inter-zone links)."""
+    core = graph.subgraph(switches(graph))
+    dist = nx.single_source_shortest_path_length(core, next(iter(graph.neighbors(src))))
+    best = min(graph.nodes[dst]["nics"],
+               key=lambda nic: (dist.get(_neighbour_on_port(graph, dst, nic["port"]), 1 << 30),
+                                nic["port"]))
+    return best["ip"]
+
+
 class FabricBuilder:
     """Accumulate switches, endpoints and links, deriving ids and addresses.
 

@@ -138,30 +138,15 @@ def host_addresses(graph: nx.Graph) -> dict[str, list[str]]:
             for ep in fg.endpoints(graph)}
 
 
-def _switch_path_links(graph: nx.Graph, src: str, dst: str) -> int:
-    return nx.shortest_path_length(graph.subgraph(set(fg.switches(graph)) | {src, dst}), src, dst)
-
-
-def _nearest_nic_ip(graph: nx.Graph, src: str, dst: str) -> str:
-    """``dst``'s address closest to ``src`` (a dual-homed node, reached in the client's zone)."""
-    nics = graph.nodes[dst]["nics"]
-    if len(nics) == 1:
-        return nics[0]["ip"]
-    core = graph.subgraph(fg.switches(graph))
-    dist = nx.single_source_shortest_path_length(core, next(iter(graph.neighbors(src))))
-    by_port = {fg.port(graph, dst, n): n for n in graph.neighbors(dst)}
-    return min(nics, key=lambda nic: (dist.get(by_port[nic["port"]], 1 << 30), nic["port"]))["ip"]
-
-
 def prepare(graph: nx.Graph, transfers: Iterable[Transfer]) -> list[Transfer]:
     """Transfers with their destination address and hop count filled in, as the
     emulator's plan has them."""
     out = []
     for t in transfers:
         if t.dst_ip is None:
-            t = replace(t, dst_ip=_nearest_nic_ip(graph, t.src, t.dst))
+            t = replace(t, dst_ip=fg.nearest_nic_ip(graph, t.src, t.dst))
         if not t.hops:
-            t = replace(t, hops=_switch_path_links(graph, t.src, t.dst))
+            t = replace(t, hops=fg.path_links(graph, t.src, t.dst))
         out.append(t)
     return out
 
@@ -173,7 +158,7 @@ def _source_ip(graph: nx.Graph, src: str, dst_ip: str) -> str:
         return nics[0]["ip"]
     dst = next(ep for ep in fg.endpoints(graph)
                if any(n["ip"] == dst_ip for n in graph.nodes[ep]["nics"]))
-    return _nearest_nic_ip(graph, dst, src)
+    return fg.nearest_nic_ip(graph, dst, src)
 
 
 def _pins(graph: nx.Graph, index: dict[str, int], t: Transfer, path: list[str]) -> str:

@@ -230,3 +230,16 @@ def test_a_bring_up_the_simulator_does_not_model_is_refused(options, words) -> N
 
     with pytest.raises(NotSimulated, match=words):
         simulated_fabric(topologies.build("fat-tree"), 1.0, **options)
+
+
+def test_a_dual_homed_node_is_reached_by_its_nic_in_the_sender_s_zone() -> None:
+    """Both backends address a storage node by its NIC nearest the sender (the model's
+    ``nearest_nic_ip``), so a transfer never crosses the inter-zone links needlessly."""
+    from fabric.model import graph as fg
+
+    graph = topologies.build("two-zone")
+    storage = next(e for e in fg.endpoints(graph) if len(graph.nodes[e]["nics"]) > 1)
+    zone0, zone1 = (nic["ip"] for nic in graph.nodes[storage]["nics"])
+    assert fg.nearest_nic_ip(graph, "z0h0", storage) == zone0
+    assert fg.nearest_nic_ip(graph, "z1h0", storage) == zone1
+    assert fg.path_links(graph, "z1h0", storage) == 2
