@@ -96,7 +96,7 @@ def app_policy(spec: str) -> str:
 
 def run_policies(ctx: RunContext) -> tuple[str, ...]:
     """The built-in policies, then the user's app if there is one; on the ns-3 backend
-    the policies it models (adaptive routing is not, and is not run)."""
+    the policies it models."""
     if ctx.backend == "ns3":
         return simulated.SIMULATED_POLICIES
     app = ctx.get(CONTROLLER_APP)
@@ -522,8 +522,9 @@ class Collisions(Experiment):
               ) -> list[str]:
         paths = top_tier_paths(self.graph(ctx))
         backend = ([f"backend: ns-3 simulation, {measured.parameters['host_mbps']} rates, "
-                    f"flows of {measured.parameters['flow_s']:g} s; adaptive routing is not "
-                    f"modelled there and was not run"] if ctx.backend == "ns3" else [])
+                    f"flows of {measured.parameters['flow_s']:g} s; adaptive weights "
+                    f"from its telemetry every 100 packet times"] if ctx.backend == "ns3"
+                   else [])
         return backend + [f"balls-into-bins expectation 1-(1-1/N)^N for N={paths} paths: "
                 f"{balls_into_bins_expected_utilisation(paths):.3f}",
                 f"spraying senders: {SPRAY_TEXT[ctx.get(SPRAY_ENTROPY)]}",

@@ -26,14 +26,16 @@ from fabric.emulation.capacity import mean_switch_hops
 from fabric.emulation.shaping import DEFAULT_QUEUE_PKTS
 from fabric.errors import UserError
 from fabric.model import graph as fg
+from fabric.routing.adaptive import AdaptiveParams, params_for_rate
 from fabric.simulation import SimResult, simulate
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import TransportSpec
 
 BACKENDS = ("emulator", "ns3")
 SIM_TIME_SCALE = 1e-3  # workload seconds at physical rates, per second at the emulated rate
-# routing policies the simulator runs: the same select groups, the senders' entropy apart
-SIMULATED_POLICIES = ("ecmp", "spray")
+# routing policies the simulator runs: the same select groups, the senders' entropy apart,
+# and adaptive's weights from the policy's own code (fabric.simulation.adaptive)
+SIMULATED_POLICIES = ("ecmp", "spray", "adaptive")
 # Packets a link carries per second of wall time in the simulator, ACKs included, and a
 # run's fixed cost (scenario, start-up, reading the answer): benchmarks/simulation.py
 # measured ~7e5 on a k=8 fat-tree and ~2.4e5 on a k=16 one (its state outgrows the caches)
@@ -73,6 +75,7 @@ class SimulatedFabric:
     fabric: Fabric
     report: SimReport
     time_scale: float  # workload seconds per second the experiment sizes them in
+    adaptive: AdaptiveParams | None = None  # the adaptive policy's tuning, when it routes
 
     @property
     def graph(self) -> Any:
@@ -102,7 +105,12 @@ def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = No
     scale = fabric.scale / 1e6  # Mbit/s per physical Gbit/s
     links = {frozenset((a, b)): d["gbps"] * scale for a, b, d in graph.edges(data=True)}
     plan = SimRatePlan(fabric.host_bps / 1e6, links, packet_bytes)
-    return SimulatedFabric(fabric, SimReport(plan), time_scale)
+    # the emulator's tuning: an interval of 100 packets of a host link; the controller's
+    # 0.1 s floor applies to a twin run, not at physical rates, where it is a whole run
+    adaptive = (params_for_rate(plan.host_mbps, packet_bits=(packet_bytes or 1500) * 8,
+                                floor_s=0.1 if host_mbps else 0.0)
+                if policy == "adaptive" else None)
+    return SimulatedFabric(fabric, SimReport(plan), time_scale, adaptive)
 
 
 def physical_host_mbps(graph: Any) -> float:
@@ -143,11 +151,14 @@ def run_simulated(fab: SimulatedFabric, runs: Iterable[Any], transport: Transpor
         where = workdir / run.name
         where.mkdir(parents=True, exist_ok=True)
         result = simulate(fab.fabric, run.transfers, transport, seed=run.seed,
-                          deadline_s=deadline_s * fab.time_scale, workdir=where)
+                          deadline_s=deadline_s * fab.time_scale, workdir=where,
+                          adaptive=fab.adaptive)
         report = completion(result)
         (where / "fidelity.json").write_text(json.dumps(report, indent=1))
+        rounds = (f", {result.telemetry['rounds']} telemetry rounds re-weighted "
+                  f"{result.telemetry['weight_changes']} groups" if result.telemetry else "")
         progress.say(f"simulated {result.sim_s:.4g} s in {result.wall_s:.1f} s wall, "
-                     f"{result.max_rss_mb:.0f} MB")
+                     f"{result.max_rss_mb:.0f} MB{rounds}")
         log.reports.append(report)
         log.rows.append({**run.keys, **row_of(run, result, report), "backend": "ns3",
                          "wall_s": round(result.wall_s, 2),

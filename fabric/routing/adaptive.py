@@ -93,21 +93,22 @@ RELAX_RATIO = 1.25    # growth of a slow port's estimate after HOLD_INTERVALS sh
 
 
 def params_for_rate(host_mbps: float, packets: int = INTERVAL_PACKETS,
-                    packet_bits: int = 1500 * 8) -> AdaptiveParams:
+                    packet_bits: int = 1500 * 8, floor_s: float = 0.1) -> AdaptiveParams:
     """Timing scaled to the emulated rate: an interval spans ``packets`` full-size
-    packets (of ``packet_bits``) of a host link, and weights are held for
-    ``HOLD_INTERVALS`` intervals.
+    packets (of ``packet_bits``) of a host link, but at least ``floor_s``, and
+    weights are held for ``HOLD_INTERVALS`` intervals.
 
     At a few Mbit/s a 0.1 s interval sees a few dozen packets: the
     utilisation estimate is noise, weights flap, and every group change makes
     userspace Open vSwitch revalidate its flows (measured: a sprayed
     all-to-all at 1.5 Mbit/s kept packets waiting 1.2 ms in OVS with 0.1 s
-    intervals, 0.5-0.6 ms with 0.4 s).
+    intervals, 0.5-0.6 ms with 0.4 s). The floor is the controller's: a
+    simulation at physical rates has none (``floor_s=0``).
     """
     if not host_mbps > 0:
         raise AdaptiveConfigError(f"host_mbps must be > 0, got {host_mbps}")
-    interval = max(0.1, packets * packet_bits / (host_mbps * 1e6))
-    return AdaptiveParams(interval_s=round(interval, 3), hold_s=round(HOLD_INTERVALS * interval, 3),
+    interval = float(f"{max(floor_s, packets * packet_bits / (host_mbps * 1e6)):.3g}")
+    return AdaptiveParams(interval_s=interval, hold_s=round(HOLD_INTERVALS * interval, 12),
                           packet_bits=packet_bits)
 
 
@@ -147,6 +148,8 @@ class AdaptiveBalancer:
     def __post_init__(self) -> None:
         self._neighbour = {(sw, fg.port(self.graph, sw, nbr)): nbr
                            for sw in fg.switches(self.graph) for nbr in self.graph.neighbors(sw)}
+        self._ports_of = {sw: [fg.port(self.graph, sw, nbr) for nbr in self.graph.neighbors(sw)]
+                          for sw in fg.switches(self.graph)}
 
     def capacity_bps(self, switch: str, port: int) -> float:
         """Nominal emulated rate of ``switch``'s link on ``port``."""
@@ -181,10 +184,11 @@ class AdaptiveBalancer:
         nbr = self._neighbour.get((switch, port))
         if nbr is None or not fg.is_switch(self.graph, nbr):
             return util
-        for (sw, q), state in self._ports.items():
-            if (sw == nbr and state.learned_bps is not None
-                    and fg.is_switch(self.graph, self._neighbour[(sw, q)])
-                    and self._neighbour[(sw, q)] != switch):
+        for q in self._ports_of[nbr]:  # the switch behind: its ports only, not all ports
+            state = self._ports.get((nbr, q))
+            if (state is not None and state.learned_bps is not None
+                    and fg.is_switch(self.graph, self._neighbour[(nbr, q)])
+                    and self._neighbour[(nbr, q)] != switch):
                 util = max(util, state.util)
         return util
 
@@ -258,8 +262,11 @@ class AdaptiveBalancer:
                 if util >= p.hot_util and util - mean >= p.hot_margin:
                     current[port] = max(p.min_weight, min(top, old // 2))
                     self._last_cut[(switch, ports, port)] = now
+                # (a nanosecond's slack: a simulation's rounds are exact multiples of the
+                # interval, and their float differences may fall a rounding error short)
                 elif (util - mean <= p.cool_margin
-                      and now - self._last_cut.get((switch, ports, port), -1e9) >= p.hold_s):
+                      and now - self._last_cut.get((switch, ports, port), -1e9)
+                      >= p.hold_s - 1e-9):
                     current[port] = min(top, old * 2)
                 else:
                     current[port] = min(top, old)

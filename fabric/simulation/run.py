@@ -20,9 +20,11 @@ import networkx as nx
 
 from fabric.errors import UserError
 from fabric.model import graph as fg
+from fabric.routing.adaptive import AdaptiveParams
 from fabric.routing.hashing import IPPROTO_UDP, pick_weighted, select_hash
 from fabric.routing.tables import hash_basis, route_tables
 from fabric.simulation import scenario as sc
+from fabric.simulation.adaptive import SimulatedController
 from fabric.simulation.build import simulator_binary
 from fabric.traffic.model import ROCE_PORT, Plan, Transfer, TransportSpec
 
@@ -68,6 +70,7 @@ class SimResult:
     max_rss_mb: float
     plan: Plan
     ports: dict[str, tuple[int, ...]]  # each transfer's UDP source ports (its connection's)
+    telemetry: dict[str, int] | None = None  # adaptive: rounds, groups re-weighted
 
     def transfer_rows(self) -> list[dict[str, Any]]:
         """One row per transfer, as the emulator's ``TrafficResult.transfer_rows``."""
@@ -156,7 +159,8 @@ def parse(output: str, scenario: sc.Scenario) -> tuple[list[dict[str, Any]], Lin
 def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: TransportSpec,
              seed: int = 0, deadline_s: float = 120.0, workdir: Path | None = None,
              paths: dict[str, list[str]] | None = None,
-             window: tuple[float, float] | None = None) -> SimResult:
+             window: tuple[float, float] | None = None,
+             adaptive: AdaptiveParams | None = None) -> SimResult:
     """Simulate ``transfers`` on ``fabric`` with ``transport`` (no root needed).
 
     Parameters
@@ -180,6 +184,9 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
     window : (float, float), optional
         Simulated seconds between which each transfer's delivered bytes are
         counted (``recv_bytes_at_window_start``/``_end``): a steady-state rate.
+    adaptive : AdaptiveParams, optional
+        Route by the adaptive policy, asked every ``interval_s`` simulated seconds
+        (:mod:`fabric.simulation.adaptive`); ``telemetry`` counts its rounds.
 
     Raises
     ------
@@ -191,34 +198,25 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
         When the simulator fails.
     """
     scen = sc.write(fabric, transfers, transport, seed=seed, deadline_s=deadline_s,
-                    paths=paths, window=window)
+                    paths=paths, window=window, adaptive=adaptive)
     binary = simulator_binary()
+    controller = SimulatedController(fabric, adaptive) if adaptive else None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(workdir or tmp) / "scenario.txt"
         path.write_text(scen.text)
-        out_path, err_path = Path(tmp) / "out.txt", Path(tmp) / "err.txt"
         started = time.monotonic()
-        with out_path.open("w") as out, err_path.open("w") as err:
-            proc = subprocess.Popen([str(binary), str(path)], stdout=out, stderr=err)
-            try:
-                # reaped here, not by Popen: wait4 gives the simulator's own peak memory
-                _, status, usage = os.wait4(proc.pid, 0)
-            except BaseException:  # interrupted (Ctrl-C): the simulator goes too
-                proc.kill()
-                proc.wait()
-                raise
-            proc.returncode = os.waitstatus_to_exitcode(status)
+        stdout, stderr, returncode, usage = _execute([str(binary), str(path)], Path(tmp),
+                                                     controller)
         wall = time.monotonic() - started
-        stdout, stderr = out_path.read_text(), err_path.read_text()
-    if proc.returncode != 0:
+    if returncode != 0:
         raise SimulationError(stderr.strip().splitlines()[-1] if stderr.strip()
-                              else f"the ns-3 simulator exited with {proc.returncode}")
+                              else f"the ns-3 simulator exited with {returncode}")
     rss_mb = usage.ru_maxrss / 1024
     rows, links, sim_s, _ = parse(stdout, scen)
     ports = {t.id: scen.connections[conn][2]
              for t, conn in zip(scen.transfers, scen.connection_of)}
     taken: dict[str, list[str]] = {}
-    if not transport.sprays:
+    if not transport.sprays and adaptive is None:  # re-weighted groups: not replayable
         tables = route_tables(fabric.graph)
         for t, conn in zip(scen.transfers, scen.connection_of):
             src_ip, dst_ip, conn_ports = scen.connections[conn]
@@ -227,4 +225,32 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
     for row in rows:
         row["path"] = taken.get(row["id"])
     plan = Plan(scen.transfers, sc.host_addresses(fabric.graph), transport, port_seed=seed)
-    return SimResult(rows, links, sim_s, wall, rss_mb, plan, ports)
+    telemetry = ({"rounds": controller.rounds, "weight_changes": controller.weight_changes}
+                 if controller else None)
+    return SimResult(rows, links, sim_s, wall, rss_mb, plan, ports, telemetry)
+
+
+def _execute(argv: list[str], tmp: Path, controller: SimulatedController | None
+             ) -> tuple[str, str, int, Any]:
+    """Run the simulator, answering its telemetry if there is a ``controller``; its
+    standard output and error, exit code and resource usage."""
+    out_path, err_path = tmp / "out.txt", tmp / "err.txt"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        if controller is None:
+            proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        else:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err, text=True)
+        try:
+            if controller is not None:
+                out.write(controller.converse(proc.stdout, proc.stdin))
+                proc.stdin.close()
+                proc.stdout.close()
+            # reaped here, not by Popen: wait4 gives the simulator's own peak memory
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:  # interrupted (Ctrl-C): the simulator goes too
+            proc.kill()
+            proc.wait()
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return out_path.read_text(), err_path.read_text(), proc.returncode, usage

@@ -5,7 +5,9 @@ A scenario is a text file, one record per line, fields separated by spaces
 connections and transfers by their own index field:
 
 ``config KEY VALUE``
-    A transport parameter in seconds or packets (see :func:`transport_config`).
+    A transport parameter in seconds or packets (see :func:`transport_config`),
+    the steady-state window's edges, or the adaptive policy's telemetry interval
+    and first bucket weight (:mod:`fabric.simulation.adaptive`).
 ``node NAME host|switch BASIS``
     A node; ``BASIS`` is a switch's select-hash basis.
 ``nic NODE PORT IP``
@@ -47,6 +49,7 @@ from fabric.agent.roce import bth
 from fabric.agent.roce.cc import SwiftParams
 from fabric.agent.roce.engine import RoceConfig
 from fabric.model import graph as fg
+from fabric.routing.adaptive import AdaptiveParams
 from fabric.routing.tables import hash_basis, route_tables
 from fabric.traffic.model import (Plan, ScheduleError, Transfer, TransportSpec, source_ports,
                                   validate_schedule)
@@ -239,11 +242,13 @@ def _write_connections(out: io.StringIO, graph: nx.Graph, index: dict[str, int],
 def write(fabric: Fabric, transfers: Iterable[Transfer], transport: TransportSpec,
           seed: int = 0, deadline_s: float = 120.0,
           paths: dict[str, list[str]] | None = None,
-          window: tuple[float, float] | None = None) -> Scenario:
+          window: tuple[float, float] | None = None,
+          adaptive: AdaptiveParams | None = None) -> Scenario:
     """The scenario of ``transfers`` on ``fabric`` with ``transport``; ``paths`` pins
     the data of a transfer's connection to the nodes given for it (its first transfer's);
     ``window`` (simulated seconds) has each transfer's delivered bytes counted at its
-    edges.
+    edges; ``adaptive`` has the simulation stop for telemetry every ``interval_s`` with
+    every bucket at ``max_weight`` to begin with, as the adaptive policy installs them.
 
     Raises
     ------
@@ -260,6 +265,9 @@ def write(fabric: Fabric, transfers: Iterable[Transfer], transport: TransportSpe
     config = transport_config(fabric, transport, deadline_s)
     if window:
         config.update(window_start=float(window[0]), window_end=float(window[1]))
+    if adaptive:
+        config.update(telemetry_interval=float(adaptive.interval_s),
+                      default_weight=float(adaptive.max_weight))
     for key, value in config.items():
         out.write(f"config {key} {value!r}\n" if isinstance(value, float)
                   else f"config {key} {value}\n")

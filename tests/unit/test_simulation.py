@@ -202,8 +202,8 @@ def test_the_window_counts_what_a_flow_delivered_between_its_edges() -> None:
 
 
 def test_fabric_run_collisions_on_the_simulator(tmp_path: Path) -> None:
-    """The experiment's run directory as the emulator writes it, with the backend named;
-    the policy the simulator does not model is said, not silently replaced."""
+    """The experiment's run directory as the emulator writes it, with the backend named,
+    every policy run (adaptive from its telemetry)."""
     out = tmp_path / "run"
     res = subprocess.run([sys.executable, "-m", "fabric.cli", "run", "collisions", "--backend",
                           "ns3", "--quick", "--host-mbps", "10", "--out", str(out)],
@@ -213,16 +213,18 @@ def test_fabric_run_collisions_on_the_simulator(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert {r["backend"] for r in rows} == {"ns3"}
     assert sorted((r["policy"], r["seed"]) for r in rows) == [
-        ("ecmp", "0"), ("ecmp", "1"), ("spray", "0"), ("spray", "1")]
-    assert all(float(r["norm_throughput"]) > 0.9 for r in rows if r["policy"] == "spray")
+        ("adaptive", "0"), ("adaptive", "1"), ("ecmp", "0"), ("ecmp", "1"), ("spray", "0"),
+        ("spray", "1")]
+    assert all(float(r["norm_throughput"]) > 0.9 for r in rows if r["policy"] != "ecmp")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["parameters"]["backend"] == "ns3"
-    assert "adaptive routing is not modelled" in res.stdout
+    assert "backend: ns-3 simulation" in res.stdout
+    assert "telemetry rounds re-weighted" in res.stderr
     assert (out / "throughput.png").exists()
 
 
 @pytest.mark.parametrize("options, words", [
-    ({"policy": "adaptive"}, "does not model the adaptive routing policy"),
+    ({"policy": "my-policy"}, "does not model the my-policy routing policy"),
     ({"controller_app": "my.app:App"}, "does not model controller app"),
 ])
 def test_a_bring_up_the_simulator_does_not_model_is_refused(options, words) -> None:

@@ -9,9 +9,14 @@
 // - links: ns-3 point-to-point devices at the graph's rates; switch ports keep a
 //   head-drop buffer of ``buffer`` packets (the emulator's pfifo_head_drop);
 // - switches: per destination address, the equal-cost ports of
-//   fabric.routing.tables.route_tables; several are chosen by the fake switch
-//   harness's documented select hash (fabric/routing/hashing.py: CRC-32 of the
-//   5-tuple and the switch's basis, MurmurHash3's finaliser, modulo the ports);
+//   fabric.routing.tables.route_tables, one select group per port set; a group
+//   picks by the fake switch harness's documented select hash
+//   (fabric/routing/hashing.py: CRC-32 of the 5-tuple and the switch's basis,
+//   MurmurHash3's finaliser, then the buckets' weights);
+// - adaptive routing: with ``telemetry_interval`` set the simulation stops every
+//   interval, writes every switch port's counters and backlog, and reads the
+//   groups' new weights from its standard input (fabric/simulation/adaptive.py
+//   asks the adaptive policy's own code, fabric/routing/adaptive.py);
 // - hosts: a NIC that sends its transport's ACKs ahead of its data and data at
 //   line rate, one packet after the other;
 // - the roce transport (fabric/agent/roce): connections whose messages share a
@@ -128,6 +133,8 @@ struct Config {
   double ai = 1, beta = 0.8, maxMdf = 0.5, endpointAllowance = 2, hopAllowance = 4,
          baseCap = 0.5, minCwnd = 0.05;
   double endTime = 10;
+  double telemetryInterval = 0;  // seconds between telemetry stops (0: none)
+  double defaultWeight = 1;      // every bucket's weight until told otherwise
   // bytes each transfer had delivered when these times passed (steady-state windows)
   double windowStart = INF, windowEnd = INF;
 };
@@ -504,15 +511,39 @@ struct Connection {
   }
 };
 
+// A select group: its buckets' ports and weights, as fabric/routing/hashing.py's
+// pick_weighted takes them (weight 0: not eligible).
+struct Group {
+  std::vector<int> ports;
+  std::vector<uint32_t> weights;
+  uint64_t total = 0;
+  int Pick(uint32_t h) const {
+    if (ports.size() == 1 || total == 0) return ports[0];
+    uint64_t r = h % total;
+    for (size_t i = 0; i < ports.size(); ++i) {
+      if (r < weights[i]) return ports[i];
+      r -= weights[i];
+    }
+    return ports.back();  // unreachable: r < total
+  }
+  void SetWeights(const std::vector<uint32_t>& w) {
+    weights = w;
+    total = 0;
+    for (uint32_t x : w) total += x;
+  }
+};
+
 struct Node_ {
   std::string name;
   bool host = false;
   uint32_t basis = 0;
   Ptr<Node> node;
   std::vector<Port> ports;                       // by the graph's port number
-  // a switch's equal-cost ports by destination NIC (an array, not a hash table: the
-  // lookup is on every packet and hop)
-  std::vector<std::vector<int>> routes;
+  std::vector<Group> groups;
+  std::map<std::vector<int>, int> groupOf;       // port set -> its group
+  // a switch's group by destination NIC (-1: no route; an array, not a hash table:
+  // the lookup is on every packet and hop)
+  std::vector<int> routes;
 };
 
 // An endpoint's NIC: its transport's ACKs go ahead of its data, and data leaves
@@ -687,12 +718,12 @@ bool Receive(int index, Ptr<NetDevice>, Ptr<const Packet> p, uint16_t, const Add
     return true;
   }
   const Meta& m = it->second;
-  if (m.dstNic < 0 || m.dstNic >= (int)n.routes.size() || n.routes[m.dstNic].empty())
+  if (m.dstNic < 0 || m.dstNic >= (int)n.routes.size() || n.routes[m.dstNic] < 0)
     return true;  // no route: dropped
-  const std::vector<int>& ports = n.routes[m.dstNic];
-  int port = ports.size() == 1 ? ports[0]
-                               : ports[SelectHash(m.srcIp, m.dstIp, 17, m.sport, m.dport, n.basis)
-                                       % ports.size()];
+  const Group& g = n.groups[n.routes[m.dstNic]];
+  int port = g.ports.size() == 1
+                 ? g.ports[0]
+                 : g.Pick(SelectHash(m.srcIp, m.dstIp, 17, m.sport, m.dport, n.basis));
   if (!m.ack) {
     const auto& pinned = connections[transfers[m.msg]->conn]->pinned;
     auto pin = pinned.find(index);
@@ -902,6 +933,8 @@ void ReadScenario(std::istream& in) {
             {"endpoint_allowance", &cfg.endpointAllowance},
             {"hop_allowance", &cfg.hopAllowance}, {"base_cap", &cfg.baseCap},
             {"min_cwnd", &cfg.minCwnd}, {"end_time", &cfg.endTime},
+            {"telemetry_interval", &cfg.telemetryInterval},
+            {"default_weight", &cfg.defaultWeight},
             {"window_start", &cfg.windowStart}, {"window_end", &cfg.windowEnd}};
         if (!d.count(key)) Fail("line " + std::to_string(lineNo) + ": unknown config " + key);
         if (key == "mtu") cfg.mtu = (int)v;
@@ -966,8 +999,18 @@ void ReadScenario(std::istream& in) {
       while (f >> p) ports.push_back(p);
       auto nic = nicOfIp.find(ParseIp(ip));
       if (nic == nicOfIp.end()) Fail("line " + std::to_string(lineNo) + ": route to no NIC");
-      if ((int)nodes[sw].routes.size() <= nic->second) nodes[sw].routes.resize(nics.size());
-      nodes[sw].routes[nic->second] = ports;
+      if (ports.empty()) Fail("line " + std::to_string(lineNo) + ": route with no port");
+      Node_& n = nodes[sw];
+      if ((int)n.routes.size() <= nic->second) n.routes.resize(nics.size(), -1);
+      auto g = n.groupOf.find(ports);
+      if (g == n.groupOf.end()) {
+        g = n.groupOf.emplace(ports, (int)n.groups.size()).first;
+        Group group;
+        group.ports = ports;
+        group.SetWeights(std::vector<uint32_t>(ports.size(), (uint32_t)cfg.defaultWeight));
+        n.groups.push_back(std::move(group));
+      }
+      n.routes[nic->second] = g->second;
     } else if (kind == "connection") {
       auto c = std::make_unique<Connection>();
       std::string sip, dip;
@@ -1055,6 +1098,71 @@ void Report(double wall) {
   std::cout << "end " << Now() << ' ' << wall << '\n';
 }
 
+// ---------------------------------------------------------------- telemetry
+// Every switch port's counters, as an OpenFlow port-stats reply gives them, and its
+// backlog (what a probe sent now would wait behind):
+// ``port SWITCH PORT TX_BYTES TX_DROPPED BACKLOG_BYTES`` after ``tick NOW``.
+void WriteTelemetry() {
+  std::cout.precision(12);
+  std::cout << "tick " << Now() << '\n';
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].host) continue;
+    for (size_t port = 0; port < nodes[i].ports.size(); ++port) {
+      const Port& pt = nodes[i].ports[port];
+      if (pt.link < 0) continue;
+      const LinkStats& ls = links[pt.link];
+      int dir = pt.forward ? 0 : 1;
+      Ptr<HeadDropQueue> q = ls.queue[dir];
+      uint64_t backlog = q->GetNBytes();
+      std::cout << "port " << i << ' ' << port << ' '
+                << ls.bytes[dir] - backlog - q->GetTotalDroppedBytes() << ' '
+                << q->GetTotalDroppedPackets() << ' ' << backlog << '\n';
+    }
+  }
+  std::cout << "ready" << std::endl;
+}
+
+// ``weights SWITCH N PORT... WEIGHT...`` lines until ``go``: a group's new weights.
+void ReadWeights() {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream f(line);
+    std::string kind;
+    f >> kind;
+    if (kind == "go") return;
+    int sw, count;
+    if (kind != "weights" || !(f >> sw >> count) || sw < 0 || sw >= (int)nodes.size() ||
+        count < 1)
+      Fail("telemetry: bad line: " + line);
+    std::vector<int> ports(count);
+    std::vector<uint32_t> weights(count);
+    for (int& p : ports) f >> p;
+    for (uint32_t& w : weights) f >> w;
+    auto g = nodes[sw].groupOf.find(ports);
+    if (!f || g == nodes[sw].groupOf.end()) Fail("telemetry: no such group: " + line);
+    nodes[sw].groups[g->second].SetWeights(weights);
+  }
+  Fail("telemetry: input closed");
+}
+
+// Runs to the end, stopping every telemetry interval (if there is one) to report and
+// take new weights.
+void RunSliced() {
+  Simulator::Stop(Seconds(cfg.endTime));
+  if (cfg.telemetryInterval <= 0) {
+    Simulator::Run();
+    return;
+  }
+  while (true) {
+    Simulator::Stop(Seconds(cfg.telemetryInterval));
+    Simulator::Run();
+    // (the end-time stop stays queued, so the queue never runs dry before it)
+    if (finished == (int)transfers.size() || Now() >= cfg.endTime) return;
+    WriteTelemetry();
+    ReadWeights();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1069,8 +1177,7 @@ int main(int argc, char** argv) {
   if (cfg.packetTime <= 0) Fail("config packet_time must be > 0");
   Setup();
   auto t0 = std::chrono::steady_clock::now();
-  Simulator::Stop(Seconds(cfg.endTime));
-  Simulator::Run();
+  RunSliced();
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Report(wall);
   Simulator::Destroy();
