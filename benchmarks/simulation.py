@@ -46,15 +46,15 @@ def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
     """Print the emulator and the simulator side by side, run for run."""
     from fabric.experiment.crosscheck import crosscheck
 
-    print(f"{'topology':>10} {'policy':>6} {'pattern':>11} seed  emulated (ideal)  "
+    print(f"{'topology':>10} {'policy':>8} {'pattern':>11} seed  emulated (ideal)  "
           f"simulated (ideal)  sim-emu  valid")
     for spec in specs:
         graph = topologies.build(spec)
-        for policy in ("ecmp", "spray"):
+        for policy in ("ecmp", "spray", "adaptive"):
             cells = crosscheck(graph, policy, ("stride", "permutation"), range(seeds),
                                workdir / f"{spec}-{policy}")
             for c in cells:
-                print(f"{spec:>10} {policy:>6} {c.pattern:>11} {c.seed:>4}  "
+                print(f"{spec:>10} {policy:>8} {c.pattern:>11} {c.seed:>4}  "
                       f"{c.emulated:.3f} ({c.emulated_ideal:.3f})     "
                       f"{c.simulated:.3f} ({c.simulated_ideal:.3f})    {c.difference:+.3f}  "
                       f"{c.valid}", flush=True)
@@ -92,7 +92,7 @@ def scale_table(specs: list[str], flow_ms: float, seed: int) -> None:
             print(f"{spec:>16} {len(ranks):>5} {policy:>6} {steady:>6.3f}  {anchor:<9}  "
                   f"{value:>6.3f}  "
                   f"{result.sim_s * 1e3:>6.2f} ms  {result.wall_s:>5.1f} s  "
-                  f"{result.max_rss_mb:>4.0f} MB  {packets / result.wall_s:>9.0f}  {both:.0f}"
+                  f"{result.memory_mb:>4.0f} MB  {packets / result.wall_s:>9.0f}  {both:.0f}"
                   + ("" if result.complete else "  INCOMPLETE"), flush=True)
 
 

@@ -523,7 +523,8 @@ class Collisions(Experiment):
         paths = top_tier_paths(self.graph(ctx))
         backend = ([f"backend: ns-3 simulation, {measured.parameters['host_mbps']} rates, "
                     f"flows of {measured.parameters['flow_s']:g} s; adaptive weights "
-                    f"from its telemetry every 100 packet times"] if ctx.backend == "ns3"
+                    f"from its telemetry, every 100 packet times or 0.1 s scaled as the "
+                    f"workloads are, whichever is longer"] if ctx.backend == "ns3"
                    else [])
         return backend + [f"balls-into-bins expectation 1-(1-1/N)^N for N={paths} paths: "
                 f"{balls_into_bins_expected_utilisation(paths):.3f}",

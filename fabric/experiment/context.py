@@ -85,10 +85,15 @@ class RunContext:
 
     @property
     def time_scale(self) -> float:
-        """Seconds a workload lasts per second the experiment sizes it in: 1, but
-        :data:`~fabric.experiment.simulated.SIM_TIME_SCALE` for the simulator at physical
-        rates (``--backend ns3`` without ``--host-mbps``)."""
-        return SIM_TIME_SCALE if self.backend == "ns3" and not self.host_mbps else 1.0
+        """Seconds a workload lasts per second the experiment sizes it in on the run's
+        backend (see :meth:`time_scale_of`)."""
+        return self.time_scale_of(self.backend)
+
+    def time_scale_of(self, backend: str) -> float:
+        """Seconds a workload lasts on ``backend`` per second the experiment sizes it in:
+        1, but :data:`~fabric.experiment.simulated.SIM_TIME_SCALE` for the simulator at
+        physical rates (``ns3`` without ``--host-mbps``)."""
+        return SIM_TIME_SCALE if backend == "ns3" and not self.host_mbps else 1.0
 
     def seed_list(self, default: int) -> list[int]:
         """Seeds to run: ``--seeds`` or the experiment's ``default`` for the mode."""

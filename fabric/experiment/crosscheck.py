@@ -6,8 +6,9 @@ simulator runs the same transfers at the same rate with the same seed. Under
 per-flow ECMP the simulator's data takes the paths the emulated run measured:
 Open vSwitch's hash and the simulator's documented one pick different paths for
 the same seed, and the comparison is of the two fabrics and transports on the
-same collisions, not of two hash functions. Each backend's figure stands beside
-its own per-run ideal.
+same collisions, not of two hash functions. Under the adaptive policy the
+simulator asks the policy's code at the emulator's telemetry interval. Each
+backend's figure stands beside its own per-run ideal.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment.checks import fidelity_of
 from fabric.experiment.loop import idle_check, traffic_run, warm_up, Scheduled
+from fabric.routing.adaptive import params_for_rate
 from fabric.simulation import simulate
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, TransportSpec
@@ -60,8 +62,8 @@ def _measure(graph: Any, result: Any, pattern: str, ranks: list[str], size: Any,
 
 def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable[int],
                workdir: Path, cc: str = "swift") -> list[Cell]:
-    """Every (pattern, seed) of ``patterns`` under ``policy`` (``ecmp`` or ``spray``) on
-    both backends (see the module docstring)."""
+    """Every (pattern, seed) of ``patterns`` under ``policy`` (``ecmp``, ``spray`` or
+    ``adaptive``) on both backends (see the module docstring)."""
     entropy = "flow" if policy == "ecmp" else "recycle"
     transport = TransportSpec("roce", entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS, cc=cc)
     mbps = default_host_mbps(graph, packet_bytes=transport.packet_bytes,
@@ -75,6 +77,9 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
                                   cc=cc, rate_mbps=plan.host_mbps)
         idle = idle_check(emu, transport, workdir / "idle")
         fabric = Fabric(graph, host_mbps=plan.host_mbps, queue_pkts=emu.options.queue_pkts)
+        # the emulator's controller's tuning at this rate (Emulation._start_controller)
+        adaptive = (params_for_rate(plan.host_mbps, packet_bits=transport.packet_bytes * 8)
+                    if policy == "adaptive" else None)
         warmed = False
         for pattern in patterns:
             for seed in seeds:
@@ -88,7 +93,8 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
                 valid = fidelity_of(emulated, [idle])["valid"]
                 paths = ({r["id"]: r["path"] for r in emulated.transfer_rows() if r["path"]}
                          if policy == "ecmp" else None)
-                simulated = simulate(fabric, transfers, transport, seed=seed, paths=paths)
+                simulated = simulate(fabric, transfers, transport, seed=seed, paths=paths,
+                                     adaptive=adaptive)
                 args = (pattern, ranks, size, plan.host_mbps, plan.link_mbps, policy != "ecmp")
                 emu_value, emu_ideal = _measure(graph, emulated, *args)
                 sim_value, sim_ideal = _measure(graph, simulated, *args)

@@ -140,12 +140,15 @@ class Runner:
         return self.ctx.backend == "ns3"
 
     @contextmanager
-    def bring_up(self, graph: Any, **options: Any) -> Iterator[Emulation | SimulatedFabric]:
+    def bring_up(self, graph: Any, backend: str | None = None,
+                 **options: Any) -> Iterator[Emulation | SimulatedFabric]:
         """The fabric of ``graph`` running with ``options`` (:class:`EmulationOptions`
         fields) and the run context's, torn down on leaving; simulated under
-        ``--backend ns3`` (an option it does not model is refused)."""
-        if self.simulated:
-            yield simulated_fabric(graph, self.ctx.time_scale, **options)
+        ``--backend ns3``, or when ``backend`` says so (an option it does not model is
+        refused)."""
+        backend = backend or self.ctx.backend
+        if backend == "ns3":
+            yield simulated_fabric(graph, self.ctx.time_scale_of(backend), **options)
             return
         with Emulation(graph, self.ctx.options(**options)) as emu:
             yield emu

@@ -3,8 +3,10 @@
 Where the emulator brings a fabric up, the simulator takes the same graph; each
 scheduled run becomes one simulation (:func:`fabric.simulation.simulate`) with
 the same transfers, transport and seed, and the experiment's own row function
-reads its result as it reads an emulated one. What the simulator does not
-model is refused by :func:`simulated_fabric`, in one line.
+reads its result as it reads an emulated one. The runs of one fabric go two at
+a time (one per core). What the simulator does not model is refused by
+:func:`simulated_fabric`, in one line; the adaptive policy is asked every
+telemetry interval (:mod:`fabric.simulation.adaptive`).
 
 Rates: with ``--host-mbps`` every link is scaled as the emulator scales it and
 the workloads keep their sizes, so a run is the emulated run's twin. Without it
@@ -17,6 +19,7 @@ at 100 Gbit/s). The transport's timers are in packet times either way.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -26,10 +29,14 @@ from fabric.emulation.capacity import mean_switch_hops
 from fabric.emulation.shaping import DEFAULT_QUEUE_PKTS
 from fabric.errors import UserError
 from fabric.model import graph as fg
-from fabric.routing.adaptive import AdaptiveParams, params_for_rate
+from fabric.routing.adaptive import DEFAULT_FLOOR_S, AdaptiveParams, params_for_rate
 from fabric.simulation import SimResult, simulate
+from fabric.simulation.run import stop_all, window_throughput
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import TransportSpec
+
+# window_throughput: for experiments, which do not import the simulation layer
+__all__ = ["window_throughput"]
 
 BACKENDS = ("emulator", "ns3")
 SIM_TIME_SCALE = 1e-3  # workload seconds at physical rates, per second at the emulated rate
@@ -41,6 +48,8 @@ SIMULATED_POLICIES = ("ecmp", "spray", "adaptive")
 # measured ~7e5 on a k=8 fat-tree and ~2.4e5 on a k=16 one (its state outgrows the caches)
 SIM_PACKET_HOPS_PER_S = 3e5
 SIM_RUN_OVERHEAD_S = 0.5
+# simulations run side by side: one per core of this project's 2-core machines
+SIM_WORKERS = 2
 
 
 class NotSimulated(UserError, ValueError):
@@ -76,6 +85,7 @@ class SimulatedFabric:
     report: SimReport
     time_scale: float  # workload seconds per second the experiment sizes them in
     adaptive: AdaptiveParams | None = None  # the adaptive policy's tuning, when it routes
+    window: tuple[float, float] | None = None  # simulated seconds of a steady-state rate
 
     @property
     def graph(self) -> Any:
@@ -85,9 +95,11 @@ class SimulatedFabric:
 
 def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = None,
                      packet_bytes: int = 0, queue_pkts: int = DEFAULT_QUEUE_PKTS,
-                     policy: str = "ecmp", **unmodelled: Any) -> SimulatedFabric:
+                     policy: str = "ecmp", window: tuple[float, float] | None = None,
+                     **unmodelled: Any) -> SimulatedFabric:
     """The simulated twin of ``Emulation(graph, EmulationOptions(...))``; its workloads
-    last ``time_scale`` times the seconds the experiment sizes them in.
+    last ``time_scale`` times the seconds the experiment sizes them in, and ``window``
+    (simulated seconds) has every run count each transfer's bytes at its edges.
 
     Raises
     ------
@@ -105,12 +117,12 @@ def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = No
     scale = fabric.scale / 1e6  # Mbit/s per physical Gbit/s
     links = {frozenset((a, b)): d["gbps"] * scale for a, b, d in graph.edges(data=True)}
     plan = SimRatePlan(fabric.host_bps / 1e6, links, packet_bytes)
-    # the emulator's tuning: an interval of 100 packets of a host link; the controller's
-    # 0.1 s floor applies to a twin run, not at physical rates, where it is a whole run
+    # the emulator's tuning: an interval of 100 packets of a host link, and at least the
+    # controller's floor, scaled as the workloads are (at physical rates 0.1 s is a run)
     adaptive = (params_for_rate(plan.host_mbps, packet_bits=(packet_bytes or 1500) * 8,
-                                floor_s=0.1 if host_mbps else 0.0)
+                                floor_s=DEFAULT_FLOOR_S * time_scale)
                 if policy == "adaptive" else None)
-    return SimulatedFabric(fabric, SimReport(plan), time_scale, adaptive)
+    return SimulatedFabric(fabric, SimReport(plan), time_scale, adaptive, window)
 
 
 def physical_host_mbps(graph: Any) -> float:
@@ -144,25 +156,44 @@ def completion(result: SimResult) -> dict[str, Any]:
 def run_simulated(fab: SimulatedFabric, runs: Iterable[Any], transport: TransportSpec,
                   workdir: Path, progress: Any, row_of: Callable, log: Any,
                   deadline_s: float = 120.0) -> None:
-    """Simulate every run of ``runs`` (``Scheduled``) and log it as the emulator's runs
-    are logged; each run keeps its scenario file under ``workdir/<run>``."""
-    for run in runs:
-        progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))
+    """Simulate every run of ``runs`` (``Scheduled``), :data:`SIM_WORKERS` at a time, and
+    log them in order as the emulator's runs are logged; each run keeps its scenario
+    file under ``workdir/<run>``."""
+    runs = list(runs)
+
+    def simulated(run: Any) -> SimResult:
         where = workdir / run.name
         where.mkdir(parents=True, exist_ok=True)
-        result = simulate(fab.fabric, run.transfers, transport, seed=run.seed,
-                          deadline_s=deadline_s * fab.time_scale, workdir=where,
-                          adaptive=fab.adaptive)
-        report = completion(result)
-        (where / "fidelity.json").write_text(json.dumps(report, indent=1))
-        rounds = (f", {result.telemetry['rounds']} telemetry rounds re-weighted "
-                  f"{result.telemetry['weight_changes']} groups" if result.telemetry else "")
-        progress.say(f"simulated {result.sim_s:.4g} s in {result.wall_s:.1f} s wall, "
-                     f"{result.max_rss_mb:.0f} MB{rounds}")
-        log.reports.append(report)
-        log.rows.append({**run.keys, **row_of(run, result, report), "backend": "ns3",
-                         "wall_s": round(result.wall_s, 2),
-                         "memory_mb": round(result.max_rss_mb, 1)})
-        log.flows += [{**run.keys, "id": r["id"], "src": r["src"], "dst": r["dst"],
-                       "bytes": r["bytes"], "fct_s": r["fct_s"],
-                       "path": "/".join(r["path"] or [])} for r in result.transfer_rows()]
+        return simulate(fab.fabric, run.transfers, transport, seed=run.seed,
+                        deadline_s=deadline_s * fab.time_scale, workdir=where,
+                        window=fab.window, adaptive=fab.adaptive)
+
+    with ThreadPoolExecutor(max_workers=SIM_WORKERS) as pool:
+        futures = [pool.submit(simulated, run) for run in runs]
+        try:
+            for run, future in zip(runs, futures):
+                progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))
+                _log_simulated(run, future.result(), workdir / run.name, progress, row_of,
+                               log)
+        except BaseException:  # interrupted, or one failed: the others' simulators go too
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_all()
+            raise
+
+
+def _log_simulated(run: Any, result: SimResult, where: Path, progress: Any,
+                   row_of: Callable, log: Any) -> None:
+    """A simulated run's fidelity file, progress line and rows."""
+    report = completion(result)
+    (where / "fidelity.json").write_text(json.dumps(report, indent=1))
+    rounds = (f", {result.telemetry['rounds']} telemetry rounds re-weighted "
+              f"{result.telemetry['weight_changes']} groups" if result.telemetry else "")
+    progress.say(f"simulated {result.sim_s:.4g} s in {result.wall_s:.1f} s wall, "
+                 f"{result.memory_mb:.0f} MB{rounds}")
+    log.reports.append(report)
+    log.rows.append({**run.keys, **row_of(run, result, report), "backend": "ns3",
+                     "wall_s": round(result.wall_s, 2),
+                     "memory_mb": round(result.memory_mb, 1)})
+    log.flows += [{**run.keys, "id": r["id"], "src": r["src"], "dst": r["dst"],
+                   "bytes": r["bytes"], "fct_s": r["fct_s"],
+                   "path": "/".join(r["path"] or [])} for r in result.transfer_rows()]

@@ -85,6 +85,7 @@ class AdaptiveParams:
 
 # Packets a telemetry interval should span: the defaults' 0.1 s at 12 Mbit/s.
 INTERVAL_PACKETS = 100
+DEFAULT_FLOOR_S = 0.1  # the shortest interval the controller polls at
 HOLD_INTERVALS = 5
 SLOW_ROUNDS = 2       # probe rounds in a row a port must look slow before it is believed
 FORGET_RATIO = 1.25   # a slow port sending this much above its learned rate has recovered
@@ -93,7 +94,8 @@ RELAX_RATIO = 1.25    # growth of a slow port's estimate after HOLD_INTERVALS sh
 
 
 def params_for_rate(host_mbps: float, packets: int = INTERVAL_PACKETS,
-                    packet_bits: int = 1500 * 8, floor_s: float = 0.1) -> AdaptiveParams:
+                    packet_bits: int = 1500 * 8, floor_s: float = DEFAULT_FLOOR_S
+                    ) -> AdaptiveParams:
     """Timing scaled to the emulated rate: an interval spans ``packets`` full-size
     packets (of ``packet_bits``) of a host link, but at least ``floor_s``, and
     weights are held for ``HOLD_INTERVALS`` intervals.
@@ -102,8 +104,8 @@ def params_for_rate(host_mbps: float, packets: int = INTERVAL_PACKETS,
     utilisation estimate is noise, weights flap, and every group change makes
     userspace Open vSwitch revalidate its flows (measured: a sprayed
     all-to-all at 1.5 Mbit/s kept packets waiting 1.2 ms in OVS with 0.1 s
-    intervals, 0.5-0.6 ms with 0.4 s). The floor is the controller's: a
-    simulation at physical rates has none (``floor_s=0``).
+    intervals, 0.5-0.6 ms with 0.4 s). A simulation whose workloads are
+    scaled in time scales the floor alike.
     """
     if not host_mbps > 0:
         raise AdaptiveConfigError(f"host_mbps must be > 0, got {host_mbps}")

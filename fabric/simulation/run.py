@@ -8,9 +8,9 @@ took: the simulator hashes exactly as :func:`ecmp_path` replays it.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,18 @@ class SimulationError(UserError, RuntimeError):
     """The simulator stopped with an error."""
 
 
+# simulators running now, from any thread: an interrupted caller stops them all
+_running: set[subprocess.Popen] = set()
+_running_lock = threading.Lock()
+
+
+def stop_all() -> None:
+    """Kill every simulator still running (their callers then raise SimulationError)."""
+    with _running_lock:
+        for proc in _running:
+            proc.kill()
+
+
 @dataclass
 class LinkLoad:
     """One direction of a link over the run."""
@@ -67,7 +79,7 @@ class SimResult:
     links: LinkLoads
     sim_s: float
     wall_s: float
-    max_rss_mb: float
+    memory_mb: float  # the simulator's own peak resident memory
     plan: Plan
     ports: dict[str, tuple[int, ...]]  # each transfer's UDP source ports (its connection's)
     telemetry: dict[str, int] | None = None  # adaptive: rounds, groups re-weighted
@@ -128,10 +140,11 @@ def _nic_port(graph: nx.Graph, node: str, ip: str) -> int:
 
 def parse(output: str, scenario: sc.Scenario) -> tuple[list[dict[str, Any]], LinkLoads,
                                                       float, float]:
-    """Rows, link loads, simulated and wall seconds from the simulator's answer."""
+    """Rows, link loads, simulated seconds and the simulator's peak memory (MB) from its
+    answer."""
     rows: dict[int, dict[str, Any]] = {}
     links = LinkLoads()
-    sim_s = wall_s = None
+    sim_s = peak_mb = None
     for line in output.splitlines():
         kind, *values = line.split()
         if kind == "transfer":
@@ -150,10 +163,10 @@ def parse(output: str, scenario: sc.Scenario) -> tuple[list[dict[str, Any]], Lin
             a, b = scenario.edges[index]
             links[(a, b) if direction == 0 else (b, a)] = LinkLoad(packets, nbytes, drops)
         elif kind == "end":
-            sim_s, wall_s = float(values[0]), float(values[1])
+            sim_s, peak_mb = float(values[0]), int(values[2]) / 1024
     if sim_s is None or len(rows) != len(scenario.transfers):
         raise SimulationError("the ns-3 simulator's answer is incomplete")
-    return [rows[i] for i in range(len(rows))], links, sim_s, wall_s
+    return [rows[i] for i in range(len(rows))], links, sim_s, peak_mb
 
 
 def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: TransportSpec,
@@ -205,14 +218,12 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
         path = Path(workdir or tmp) / "scenario.txt"
         path.write_text(scen.text)
         started = time.monotonic()
-        stdout, stderr, returncode, usage = _execute([str(binary), str(path)], Path(tmp),
-                                                     controller)
+        stdout, stderr, returncode = _execute([str(binary), str(path)], Path(tmp), controller)
         wall = time.monotonic() - started
     if returncode != 0:
         raise SimulationError(stderr.strip().splitlines()[-1] if stderr.strip()
                               else f"the ns-3 simulator exited with {returncode}")
-    rss_mb = usage.ru_maxrss / 1024
-    rows, links, sim_s, _ = parse(stdout, scen)
+    rows, links, sim_s, peak_mb = parse(stdout, scen)
     ports = {t.id: scen.connections[conn][2]
              for t, conn in zip(scen.transfers, scen.connection_of)}
     taken: dict[str, list[str]] = {}
@@ -227,13 +238,13 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
     plan = Plan(scen.transfers, sc.host_addresses(fabric.graph), transport, port_seed=seed)
     telemetry = ({"rounds": controller.rounds, "weight_changes": controller.weight_changes}
                  if controller else None)
-    return SimResult(rows, links, sim_s, wall, rss_mb, plan, ports, telemetry)
+    return SimResult(rows, links, sim_s, wall, peak_mb, plan, ports, telemetry)
 
 
 def _execute(argv: list[str], tmp: Path, controller: SimulatedController | None
-             ) -> tuple[str, str, int, Any]:
+             ) -> tuple[str, str, int]:
     """Run the simulator, answering its telemetry if there is a ``controller``; its
-    standard output and error, exit code and resource usage."""
+    standard output and error and its exit code."""
     out_path, err_path = tmp / "out.txt", tmp / "err.txt"
     with out_path.open("w") as out, err_path.open("w") as err:
         if controller is None:
@@ -241,16 +252,19 @@ def _execute(argv: list[str], tmp: Path, controller: SimulatedController | None
         else:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=err, text=True)
+        with _running_lock:
+            _running.add(proc)
         try:
             if controller is not None:
                 out.write(controller.converse(proc.stdout, proc.stdin))
                 proc.stdin.close()
                 proc.stdout.close()
-            # reaped here, not by Popen: wait4 gives the simulator's own peak memory
-            _, status, usage = os.wait4(proc.pid, 0)
+            proc.wait()
         except BaseException:  # interrupted (Ctrl-C): the simulator goes too
             proc.kill()
             proc.wait()
             raise
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return out_path.read_text(), err_path.read_text(), proc.returncode, usage
+        finally:
+            with _running_lock:
+                _running.discard(proc)
+    return out_path.read_text(), err_path.read_text(), proc.returncode

@@ -1071,6 +1071,16 @@ void Setup() {
   for (auto& t : transfers) TryStart(t.get());
 }
 
+// This program's own peak resident memory (VmHWM): the parent's getrusage would count
+// the memory of the process it was forked from, which exec inherits into ru_maxrss.
+long PeakMemoryKb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
 void Report(double wall) {
   std::cout.precision(12);
   for (auto& tp : transfers) {
@@ -1095,7 +1105,7 @@ void Report(double wall) {
                 << ' ' << q->GetTotalDroppedPackets() << '\n';
     }
   }
-  std::cout << "end " << Now() << ' ' << wall << '\n';
+  std::cout << "end " << Now() << ' ' << wall << ' ' << PeakMemoryKb() << '\n';
 }
 
 // ---------------------------------------------------------------- telemetry
