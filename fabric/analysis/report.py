@@ -96,6 +96,17 @@ def flow_control_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize(result: TrafficResult, spec: PatternSpec, participants: list[str],
               host_mbps: float) -> dict[str, Any]:
     """Headline figures of one run, with its fidelity checks."""
+    summary = {**pattern_summary(result, spec, participants, host_mbps), **_totals(result),
+               "errors": result.errors, "fidelity": fidelity.report(result.fidelity)}
+    if any(c.name == "lossless_drops" for c in result.fidelity):  # under flow control
+        summary["flow_control"] = flow_control_summary(result.flow_control)
+    return summary
+
+
+def pattern_summary(result: Any, spec: PatternSpec, participants: list[str],
+                    host_mbps: float) -> dict[str, Any]:
+    """The figures of one run that its transfer rows give, emulated or simulated: time,
+    FCTs, ECMP's collisions, a collective's bus bandwidth, an incast's rounds."""
     rows = metric_rows(result)
     starts = [r["start"] for r in rows if r["start"] is not None]
     ends = [r["end"] for r in rows if r["end"] is not None]
@@ -109,11 +120,7 @@ def summarize(result: TrafficResult, spec: PatternSpec, participants: list[str],
         "collisions": coll.count if coll else None,
         "max_flows_per_link": coll.max_flows_per_link if coll else None,
         "collision_time_share": coll.share_of_time_in_collision if coll else None,
-        **_totals(result), "errors": result.errors,
-        "fidelity": fidelity.report(result.fidelity),
     }
-    if any(c.name == "lossless_drops" for c in result.fidelity):  # under flow control
-        summary["flow_control"] = flow_control_summary(result.flow_control)
     if spec.is_collective and elapsed:
         n = len(participants)
         algbw = collectives.algbw(spec.size_bytes, elapsed) * 8 / 1e6

@@ -56,6 +56,9 @@ def add_parser(sub: Any) -> None:
     traffic.add_argument("--keep", metavar="DIR", type=argtypes.new_dir,
                          help="keep plan, agent reports and logs (the controller's too) in this "
                               "new directory")
+    traffic.add_argument("--backend", choices=("emulator", "ns3"), default="emulator",
+                         help="ns3: simulate the pattern in ns-3 (no root; roce only; links at "
+                              "the graph's physical rates unless --host-mbps)")
     add_emulation_args(traffic)
     traffic.set_defaults(func=cmd_traffic)
 
@@ -90,6 +93,27 @@ def check_traffic_args(args: argparse.Namespace) -> None:
     if args.transport != "roce" and args.roce_mtu is not None:
         raise UsageError("argument --roce-mtu: applies to --transport roce only "
                          "(TCP sends 1448-byte segments)")
+    if args.backend == "ns3":
+        check_simulated_traffic(args)
+
+
+def check_simulated_traffic(args: argparse.Namespace) -> None:
+    """``--backend ns3``: refuse, in one line, what the simulator does not model."""
+    from fabric.simulation.scenario import NOT_MODELLED_CC
+
+    if args.transport != "roce":
+        raise UsageError("argument --backend: the ns-3 backend models the roce transport only "
+                         "(kernel TCP is not modelled): add --transport roce")
+    if args.cc in NOT_MODELLED_CC:
+        raise UsageError(f"argument --cc: {NOT_MODELLED_CC[args.cc]}")
+    for flag, given in (("--pcap", args.pcap is not None), ("--rto-min-ms", args.rto_min_ms),
+                        ("--preset", args.preset), ("--flow-control", args.flow_control),
+                        ("--lanes", args.lanes), ("--isolation", args.isolation),
+                        ("--controller-app", args.controller_app),
+                        ("--controller", args.controller),
+                        ("--datapath", args.datapath != "auto")):
+        if given:
+            raise UsageError(f"argument {flag}: not modelled by --backend ns3")
 
 
 def cmd_traffic(args: argparse.Namespace) -> int:
@@ -111,6 +135,8 @@ def cmd_traffic(args: argparse.Namespace) -> int:
                               entropy=args.entropy,
                               cc=args.cc or (preset.cc if preset else "swift"),
                               mtu_payload=args.roce_mtu or DEFAULT_ROCE_MTU)
+    if args.backend == "ns3":
+        return _simulated(args, graph, spec, transfers, participants, transport)
     options = emulation_options(args, packet_bytes=transport.packet_bytes)
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fabric-traffic-"))
     with Emulation(graph, options) as emu:
@@ -119,12 +145,45 @@ def cmd_traffic(args: argparse.Namespace) -> int:
         result = _run(emu, args, transfers, participants, transport, points, workdir)
     summary = {**summarize(result, spec, participants, emu.report.rate_plan.host_mbps),
                "controller": controller_text(args)}
+    return _print(args, summary, result)
+
+
+def _print(args: argparse.Namespace, summary: dict[str, Any], result: Any) -> int:
+    """The run's transfers (CSV) or its summary and transfers (JSON); 1 if incomplete."""
     rows = result.transfer_rows()
     if args.format == "csv":
         print_csv(rows)
     else:
         print(json.dumps({"summary": summary, "transfers": rows}, indent=1, default=str))
     return 0 if result.complete else 1
+
+
+def _simulated(args: argparse.Namespace, graph: Any, spec: Any, transfers: list,
+               participants: list[str], transport: TransportSpec) -> int:
+    """The pattern simulated in ns-3 (``--backend ns3``): the same summary, with the
+    simulator's wall time, memory and drops in place of the emulator's checks."""
+    from fabric.analysis.report import pattern_summary
+    from fabric.experiment.simulated import completion, simulated_fabric
+    from fabric.simulation import simulate
+
+    policy = args.routing or "ecmp"
+    fab = simulated_fabric(graph, 1.0, host_mbps=args.host_mbps,
+                           packet_bytes=transport.packet_bytes, queue_pkts=args.queue_pkts,
+                           policy=policy)
+    rate = fab.report.rate_plan.host_mbps
+    print(f"simulating {len(transfers)} transfers of {args.pattern} on {len(participants)} "
+          f"endpoints at {rate:g} Mbit/s per host ({policy}, ns-3)...", file=sys.stderr)
+    if args.keep:  # the scenario the simulator read
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+    result = simulate(fab.fabric, transfers, transport, seed=args.seed, deadline_s=args.deadline,
+                      workdir=Path(args.keep) if args.keep else None, adaptive=fab.adaptive)
+    summary = {**pattern_summary(result, spec, participants, rate), "backend": "ns3",
+               "host_mbps": rate, "policy": policy,
+               "roce_retransmitted": sum(r["send_retransmitted"] for r in result.rows),
+               "drops": result.drops, "simulated_s": result.sim_s,
+               "wall_s": round(result.wall_s, 3), "memory_mb": round(result.memory_mb, 1),
+               "telemetry": result.telemetry, "fidelity": completion(result)}
+    return _print(args, summary, result)
 
 
 def _run(emu: Any, args: argparse.Namespace, transfers: list, participants: list[str],

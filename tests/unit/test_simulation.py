@@ -245,3 +245,20 @@ def test_a_dual_homed_node_is_reached_by_its_nic_in_the_sender_s_zone() -> None:
     assert fg.nearest_nic_ip(graph, "z0h0", storage) == zone0
     assert fg.nearest_nic_ip(graph, "z1h0", storage) == zone1
     assert fg.path_links(graph, "z1h0", storage) == 2
+
+
+def test_fabric_traffic_on_the_simulator(tmp_path: Path) -> None:
+    """``fabric traffic --backend ns3``: a ring all-reduce at the graph's physical rates, its
+    bus bandwidth beside the line rate, ECMP's collisions counted, the scenario kept."""
+    keep = tmp_path / "keep"
+    res = subprocess.run([sys.executable, "-m", "fabric.cli", "traffic", "fat-tree",
+                          "--backend", "ns3", "--transport", "roce", "--pattern",
+                          "ring-allreduce", "--size", "8000000", "--keep", str(keep)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)["summary"]
+    assert summary["backend"] == "ns3" and summary["complete"]
+    assert summary["host_mbps"] == 100_000 and summary["ranks"] == 16
+    assert 0.1 < summary["busbw_frac"] < 1.0
+    assert summary["collisions"] is not None and summary["fidelity"]["valid"]
+    assert (keep / "scenario.txt").exists()
