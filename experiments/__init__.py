@@ -19,6 +19,7 @@ EXPERIMENTS = {
     "storage": "experiments.storage",
     "lossless": "experiments.lossless",
     "replay": "experiments.replay",
+    "scaling": "experiments.scaling",
 }
 
 

@@ -38,6 +38,8 @@ ROW_FIELDS = {
     "storage": {"part", "drops", "timeouts", "valid"},
     "replay": {"policy", "job", "step_ms", "ideal_ms", "exposed_ms", "together_ms",
                "slowdown"},
+    "scaling": {"endpoints", "backend", "policy", "norm_throughput", "ideal", "steady",
+                "htsim"},
 }
 
 LOSSLESS_ROWS = {"incast": 2, "isolation": 2, "lossless": 6}
