@@ -163,11 +163,14 @@ def _simulated(args: argparse.Namespace, graph: Any, spec: Any, transfers: list,
     """The pattern simulated in ns-3 (``--backend ns3``): the same summary, with the
     simulator's wall time, memory and drops in place of the emulator's checks."""
     from fabric.analysis.report import pattern_summary
-    from fabric.experiment.simulated import completion, simulated_fabric
+    from fabric.experiment.simulated import SIM_TIME_SCALE, completion, simulated_fabric
     from fabric.simulation import simulate
 
     policy = args.routing or "ecmp"
-    fab = simulated_fabric(graph, 1.0, host_mbps=args.host_mbps,
+    # patterns are sized in bytes, not seconds; the time scale sets the adaptive
+    # controller's shortest interval as an experiment's simulated runs have it
+    fab = simulated_fabric(graph, 1.0 if args.host_mbps else SIM_TIME_SCALE,
+                           host_mbps=args.host_mbps,
                            packet_bytes=transport.packet_bytes, queue_pkts=args.queue_pkts,
                            policy=policy)
     rate = fab.report.rate_plan.host_mbps
