@@ -3,7 +3,7 @@
 //
 // Built by fabric/simulation/build.py against Debian's libns3-dev (3.37); fed a
 // scenario file by fabric/simulation/scenario.py (the format is documented
-// there) and answers on standard output (fabric/simulation/results.py reads it).
+// there) and answers on standard output (fabric/simulation/run.py reads it).
 //
 // What it models, each as the emulator does it:
 // - links: ns-3 point-to-point devices at the graph's rates; switch ports keep a
