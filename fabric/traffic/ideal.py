@@ -19,6 +19,7 @@ or in the proportions the switch's hash really gave them in the run.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -104,6 +105,12 @@ def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
     freeze; the rest go on. A flow that loads no capacitated link is unbounded
     (``inf``).
 
+    The common rate of the unfrozen flows is the *level*. A link fills at the
+    level where its frozen flows' load plus the level times its unfrozen flows'
+    load meets its capacity; that level changes only when one of its flows
+    freezes, so the links wait in a heap by it and only a frozen flow's links are
+    looked at again (a thousand flows take milliseconds, not seconds).
+
     Parameters
     ----------
     loads : mapping
@@ -111,35 +118,45 @@ def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
     capacity : mapping
         Link -> capacity (the unit of the rates).
     """
-    rates = {fid: 0.0 for fid in loads}
-    left = dict(capacity)
-    users: dict[Link, list[str]] = defaultdict(list)
+    rates: dict[str, float] = {}
+    users: dict[Link, list[tuple[str, float]]] = defaultdict(list)
     for fid, load in loads.items():
         for link, share in load.items():
-            if share > 0 and link in left:
-                users[link].append(fid)
-    bounded = {fid for fids in users.values() for fid in fids}
-    for fid in set(loads) - bounded:
-        rates[fid] = math.inf
-    unfrozen = set(bounded)
-    while unfrozen:
-        step, full = math.inf, []
-        for link, fids in users.items():
-            demand = sum(loads[f][link] for f in fids if f in unfrozen)
-            if demand <= 0:
-                continue
-            room = max(0.0, left[link]) / demand
-            if room < step - _EPS:
-                step, full = room, [link]
-            elif abs(room - step) <= _EPS:
-                full.append(link)
-        for fid in unfrozen:
-            rates[fid] += step
-        for link, fids in users.items():
-            left[link] -= step * sum(loads[f][link] for f in fids if f in unfrozen)
-        frozen = {f for link in full for f in users[link] if f in unfrozen}
-        unfrozen -= frozen
-    return rates
+            if share > 0 and link in capacity:
+                users[link].append((fid, share))
+    demand = {link: sum(share for _, share in fids) for link, fids in users.items()}
+    fixed = dict.fromkeys(users, 0.0)  # load of the link's frozen flows
+    version = dict.fromkeys(users, 0)
+    order = {link: i for i, link in enumerate(users)}  # breaks ties without comparing links
+
+    def fill_level(link: Link, level: float) -> float:
+        return max(level, max(0.0, capacity[link] - fixed[link]) / demand[link])
+
+    heap = [(fill_level(link, 0.0), 0, order[link], link) for link in users]
+    heapq.heapify(heap)
+    level = 0.0
+    while heap:
+        at, seen, _, link = heapq.heappop(heap)
+        if seen != version[link] or demand[link] <= _EPS:
+            continue  # stale (a flow on it froze since), or all its flows are frozen
+        level = max(level, at)
+        changed: set[Link] = set()
+        for fid, _ in users[link]:
+            if fid not in rates:
+                rates[fid] = level
+                for other, share in loads[fid].items():
+                    if share > 0 and other in users:
+                        demand[other] -= share
+                        fixed[other] += share * level
+                        changed.add(other)
+        for other in changed:
+            version[other] += 1
+            if demand[other] > _EPS:
+                heapq.heappush(heap, (fill_level(other, level), version[other], order[other],
+                                      other))
+    for fid in loads:
+        rates.setdefault(fid, math.inf)
+    return {fid: rates[fid] for fid in loads}
 
 
 class _Queues:

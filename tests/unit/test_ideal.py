@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -85,6 +86,34 @@ def test_staggered_starts_and_dependencies():
     assert (spans["a"].start, spans["a"].end) == pytest.approx((0.0, 1.0))
     assert (spans["b"].start, spans["b"].end) == pytest.approx((1.0, 2.0))
     assert (spans["c"].start, spans["c"].end) == pytest.approx((0.5, 1.5))
+
+
+def _instance(seed):
+    """Flows over 2-4 of 12 links, with whole shares and capacities so that links fill
+    at the same level (ties) as well as apart."""
+    rng = random.Random(seed)
+    links = [f"l{i}" for i in range(12)]
+    capacity = {link: float(rng.randint(1, 6)) for link in links}
+    loads = {f"f{i}": {link: float(rng.choice((1, 1, 2)))
+                       for link in rng.sample(links, rng.randint(2, 4))}
+             for i in range(30)}
+    return loads, capacity
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_max_min_rates_are_feasible_and_every_flow_has_a_bottleneck(seed):
+    # the definition of max-min fairness, checked without the algorithm: no link over
+    # its capacity, and every flow crosses a full link on which no flow gets more
+    loads, capacity = _instance(seed)
+    rates = max_min_rates(loads, capacity)
+    used = {link: sum(rates[f] * load.get(link, 0.0) for f, load in loads.items())
+            for link in capacity}
+    assert all(used[link] <= capacity[link] * (1 + 1e-9) for link in capacity)
+    for fid, load in loads.items():
+        assert any(used[link] >= capacity[link] * (1 - 1e-9)
+                   and all(rates[fid] >= rates[other] * (1 - 1e-9)
+                           for other, theirs in loads.items() if link in theirs)
+                   for link in load), fid
 
 
 def test_headers_and_acks_take_their_share():
