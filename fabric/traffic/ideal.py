@@ -191,6 +191,8 @@ def proportional_fair_rates(loads: Mapping[str, Mapping[Link, float]],
     ------
     ValueError
         When a flow loads a link without capacity (its log rate has no maximum).
+    ArithmeticError
+        When the sweeps do not settle (not seen; a wrong answer is never returned).
     """
     users: dict[Link, list[tuple[str, float]]] = defaultdict(list)
     for fid, load in loads.items():
@@ -216,6 +218,9 @@ def proportional_fair_rates(loads: Mapping[str, Mapping[Link, float]],
         if all(_settled(fids, cost, price[link], capacity[link], tolerance)
                for link, fids in users.items()):
             break
+    else:
+        raise ArithmeticError(f"proportionally fair rates of {len(loads)} flows did not "
+                              f"settle within {PF_MAX_SWEEPS} sweeps")
     return {fid: 1.0 / cost[fid] if cost[fid] > 0 else math.inf for fid in loads}
 
 

@@ -157,6 +157,14 @@ def test_proportional_fairness_refuses_a_link_without_capacity():
     assert proportional_fair_rates({"a": {"nolink": 1.0}}, {}) == {"a": math.inf}
 
 
+def test_proportional_fairness_that_does_not_settle_is_an_error(monkeypatch):
+    import fabric.traffic.ideal as ideal_module
+    monkeypatch.setattr(ideal_module, "PF_MAX_SWEEPS", 1)
+    loads = {"long": {"l0": 1.0, "l1": 1.0}, "s0": {"l0": 1.0}, "s1": {"l1": 1.0}}
+    with pytest.raises(ArithmeticError, match="did not settle"):
+        proportional_fair_rates(loads, {"l0": 1.0, "l1": 1.0})
+
+
 def test_the_fluid_run_can_share_proportionally():
     # the long flow ends later than under max-min: it gets 1/3 while both shorts run
     flows = [_flow("long", [("x", "y"), ("y", "z")], 10), _flow("s0", [("x", "y")], 10),
