@@ -101,6 +101,17 @@ class IdealSpan:
         return self.end - self.start
 
 
+def _link_users(loads: Mapping[str, Mapping[Link, float]], capacity: Mapping[Link, float]
+                ) -> dict[Link, list[tuple[str, float]]]:
+    """Capacitated link -> (flow, load per unit rate) of every flow that loads it."""
+    users: dict[Link, list[tuple[str, float]]] = defaultdict(list)
+    for fid, load in loads.items():
+        for link, share in load.items():
+            if share > 0 and link in capacity:
+                users[link].append((fid, share))
+    return users
+
+
 def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
                   capacity: Mapping[Link, float]) -> dict[str, float]:
     """Max-min fair rates by progressive filling.
@@ -123,11 +134,7 @@ def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
         Link -> capacity (the unit of the rates).
     """
     rates: dict[str, float] = {}
-    users: dict[Link, list[tuple[str, float]]] = defaultdict(list)
-    for fid, load in loads.items():
-        for link, share in load.items():
-            if share > 0 and link in capacity:
-                users[link].append((fid, share))
+    users = _link_users(loads, capacity)
     demand = {link: sum(share for _, share in fids) for link, fids in users.items()}
     fixed = dict.fromkeys(users, 0.0)  # load of the link's frozen flows
     version = dict.fromkeys(users, 0)
@@ -163,6 +170,9 @@ def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
     return {fid: rates[fid] for fid in loads}
 
 
+PF_MAX_SWEEPS = 10_000  # coordinate-descent sweeps before giving up (tens are usual)
+
+
 def proportional_fair_rates(loads: Mapping[str, Mapping[Link, float]],
                             capacity: Mapping[Link, float],
                             tolerance: float = 1e-9) -> dict[str, float]:
@@ -194,14 +204,11 @@ def proportional_fair_rates(loads: Mapping[str, Mapping[Link, float]],
     ArithmeticError
         When the sweeps do not settle (not seen; a wrong answer is never returned).
     """
-    users: dict[Link, list[tuple[str, float]]] = defaultdict(list)
-    for fid, load in loads.items():
-        for link, share in load.items():
-            if share > 0 and link in capacity:
-                if capacity[link] <= 0:
-                    raise ValueError(f"{fid} crosses {link}, which has no capacity: "
-                                     "no proportionally fair rates")
-                users[link].append((fid, share))
+    users = _link_users(loads, capacity)
+    for link, fids in users.items():
+        if capacity[link] <= 0:
+            raise ValueError(f"{fids[0][0]} crosses {link}, which has no capacity: "
+                             "no proportionally fair rates")
     # a link alone on its flows' paths would be priced at (its load count) / capacity
     price = {link: len(fids) / capacity[link] for link, fids in users.items()}
     cost = dict.fromkeys(loads, 0.0)  # a flow's rate is 1 / cost
@@ -224,9 +231,6 @@ def proportional_fair_rates(loads: Mapping[str, Mapping[Link, float]],
     return {fid: 1.0 / cost[fid] if cost[fid] > 0 else math.inf for fid in loads}
 
 
-PF_MAX_SWEEPS = 10_000
-
-
 def _settled(fids: list[tuple[str, float]], cost: Mapping[str, float], price: float,
              capacity: float, tolerance: float) -> bool:
     """A priced link is full and a free one not over full, within ``tolerance``."""
@@ -239,12 +243,12 @@ def _settled(fids: list[tuple[str, float]], cost: Mapping[str, float], price: fl
 def _link_price(fids: list[tuple[str, float]], cost: Mapping[str, float], price: float,
                 capacity: float) -> float:
     """The price at which one link is full, or 0 if it is not full at 0, the other
-    links' prices held (Newton from below: the load is convex and falls with the
-    price, so every step stays below the root)."""
+    links' prices held. Newton's method: the load is convex and falls with the
+    price, so the first step lands at or below the root and the rest climb to it."""
     rest = [(share, cost[fid] - share * price) for fid, share in fids]
     if all(r > 0 for _, r in rest) and sum(a / r for a, r in rest) <= capacity:
         return 0.0
-    p = 0.0 if any(r + a * price <= 0 for a, r in rest) else price
+    p = price if all(cost[fid] > 0 for fid, _ in fids) else 0.0
     for _ in range(100):
         denominators = [r + a * p for a, r in rest]
         if min(denominators) <= 0:
