@@ -22,8 +22,10 @@ first rank's leaf to the first top-tier switch (or on that switch):
 Measured per run: ``slowdown`` (iteration time over the healthy run's),
 ``reroute_ms`` (from the cut to the send time of the first packet, sent after
 it, that a receiver got: the first packet on a surviving path; the worst
-transfer in progress at the cut), ``stall_ms`` (the longest gap in any
-transfer's delivery), ``timeouts`` (retransmission timeouts) and
+connection in progress at the cut), ``stall_ms`` (the longest gap in any
+connection's delivery while it owed data: a connection sends its transfers in
+order, and one waiting behind another is not stalled), ``timeouts``
+(retransmission timeouts) and
 ``lost_bytes`` (bytes never delivered; 0 when every byte arrived once).
 
 Ideal: ``ideal_slowdown`` is what the remaining capacity allows, from the
@@ -43,7 +45,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Hashable, Iterator, Mapping
 
 import networkx as nx
 
@@ -239,21 +241,25 @@ def first_cut(injection: Injection) -> float | None:
     return next((t for t, up, _ in injection.events if not up), None)
 
 
-def reroute_ms(rows: list[dict[str, Any]], cut: float | None) -> float | None:
+def reroute_ms(rows: list[dict[str, Any]], cut: float | None,
+               connection_of: Mapping[str, Hashable] | None = None) -> float | None:
     """From ``cut`` to the send time of the first packet sent at or after it that
-    arrived, for the worst transfer in progress at the cut (ms).
+    arrived, for the worst connection in progress at the cut (ms).
 
-    A packet sent after the cut that arrived took a surviving path. None
-    without a cut, or when no transfer with arrivals was in progress.
+    A packet sent after the cut that arrived took a surviving path. A connection
+    (``connection_of``: transfer id -> its connection; default, each transfer its
+    own) sends its transfers in order, so a transfer queued behind another is not
+    waiting for a path. None without a cut, or when no connection with arrivals was
+    in progress.
     """
     if cut is None:
         return None
     worst = None
-    for row in rows:
-        start, end = row.get("send_start"), row.get("recv_end")
-        if start is None or not start <= cut or (end is not None and end <= cut):
+    for group in _by_connection(rows, connection_of):
+        if not any(start is not None and start <= cut and (end is None or end > cut)
+                   for start, end in _spans(group)):
             continue
-        sent = [s for _, s in row.get("recv_arrivals") or () if s >= cut]
+        sent = [s for row in group for _, s in row.get("recv_arrivals") or () if s >= cut]
         if not sent:
             continue
         delay = (min(sent) - cut) * 1e3
@@ -270,18 +276,41 @@ def controller_ms(events: list[dict[str, Any]], cut: float | None) -> float | No
     return round((min(after) - cut) * 1e3, 1) if after else None
 
 
-def stall_ms(rows: list[dict[str, Any]]) -> float | None:
-    """The longest gap in any transfer's delivery (ms): between its start and its
-    first arrival, or between two arrivals. None without arrival records."""
+def stall_ms(rows: list[dict[str, Any]],
+             connection_of: Mapping[str, Hashable] | None = None) -> float | None:
+    """The longest gap in any connection's delivery (ms) while it owed data: between
+    a transfer's start and the connection's next arrival, or between two arrivals.
+    ``connection_of`` as for :func:`reroute_ms`: a transfer waiting behind another on
+    its connection is not stalled while the other arrives. None without arrival
+    records."""
     longest = None
-    for row in rows:
-        times = [a for a, _ in row.get("recv_arrivals") or ()]
-        if not times or row.get("send_start") is None:
+    for group in _by_connection(rows, connection_of):
+        spans = [(start, end) for start, end in _spans(group) if start is not None]
+        arrivals = [a for row in group for a, _ in row.get("recv_arrivals") or ()]
+        if not spans or not arrivals:
             continue
-        times = [row["send_start"], *sorted(times)]
-        gap = max(b - a for a, b in zip(times, times[1:]))
-        longest = gap if longest is None else max(longest, gap)
+        points = sorted(set(arrivals) | {start for start, _ in spans})
+        for a, b in zip(points, points[1:]):
+            middle = (a + b) / 2
+            if any(start <= middle and (end is None or middle <= end) for start, end in spans):
+                longest = b - a if longest is None else max(longest, b - a)
     return None if longest is None else round(longest * 1e3, 1)
+
+
+def _by_connection(rows: list[dict[str, Any]],
+                   connection_of: Mapping[str, Hashable] | None) -> list[list[dict[str, Any]]]:
+    """``rows`` grouped by their transfers' connection (each alone without a map)."""
+    if connection_of is None:
+        return [[row] for row in rows]
+    groups: dict[Hashable, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(connection_of.get(row["id"], row["id"]), []).append(row)
+    return list(groups.values())
+
+
+def _spans(rows: list[dict[str, Any]]) -> list[tuple[float | None, float | None]]:
+    """Each transfer's (start, last arrival)."""
+    return [(row.get("send_start"), row.get("recv_end")) for row in rows]
 
 
 def lost_bytes(rows: list[dict[str, Any]]) -> int:
@@ -349,9 +378,11 @@ def ideal_time_s(graph: nx.Graph, transfers: list[Transfer], base: dict[tuple[st
 
 
 def run_row(scenario: Scenario, injection: Injection, rows: list[dict[str, Any]],
-            size: int, ranks: list[str], host_mbps: float) -> dict[str, Any]:
+            size: int, ranks: list[str], host_mbps: float,
+            connection_of: Mapping[str, Hashable] | None = None) -> dict[str, Any]:
     """The measured fields of one run's runs.csv row (pure); slowdowns are added
-    once the healthy run of the same policy and seed is known."""
+    once the healthy run of the same policy and seed is known. ``connection_of``:
+    transfer id -> its connection, for the reroute and stall times."""
     starts = [r["send_start"] for r in rows if r.get("send_start") is not None]
     complete = bool(rows) and all(r.get("fct_s") is not None for r in rows)
     span = (max(r["recv_end"] for r in rows) - min(starts)) if complete else None
@@ -362,8 +393,8 @@ def run_row(scenario: Scenario, injection: Injection, rows: list[dict[str, Any]]
             "cut_at_s": (round(first_cut(injection) - min(starts), 3)
                          if first_cut(injection) is not None and starts else None),
             "controller_ms": controller_ms(injection.controller_events, first_cut(injection)),
-            "reroute_ms": reroute_ms(rows, first_cut(injection)),
-            "stall_ms": stall_ms(rows),
+            "reroute_ms": reroute_ms(rows, first_cut(injection), connection_of),
+            "stall_ms": stall_ms(rows, connection_of),
             "timeouts": transport_losses(rows)["rto"],
             "lost_bytes": lost_bytes(rows),
             "drop_frac": transport_losses(rows)["drop_frac"],
@@ -425,7 +456,8 @@ def _row_function(runner: Runner, graph: nx.Graph, emu: Emulation, spec: str, si
         c = run.context
         injection: Injection = c["injection"]
         rows = result.transfer_rows()
-        row = run_row(injection.scenario, injection, rows, size, c["ranks"], used)
+        row = run_row(injection.scenario, injection, rows, size, c["ranks"], used,
+                      {t.id: t.connection for t in c["transfers"]})
         start = min((r["send_start"] for r in rows if r.get("send_start")),
                     default=result.plan.start_at)
         events = [(t - start, up, links) for t, up, links in injection.events]
@@ -664,7 +696,8 @@ class Failures(Experiment):
                 "ideal_slowdown: a perfect transport routing over the live paths in proportion "
                 "to their capacity, with the measured failure times",
                 "reroute_ms: cut to the first packet sent after it that arrived (worst "
-                "transfer in progress); stall_ms: longest gap in a transfer's delivery"]
+                "connection in progress); stall_ms: longest gap in a connection's delivery "
+                "while it owed data"]
 
     def checks(self, rows: list[dict[str, Any]]) -> list[fidelity.Check]:
         """The injector changed every link on time, in every run."""

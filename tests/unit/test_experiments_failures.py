@@ -108,6 +108,28 @@ def test_stall_is_the_longest_gap_in_any_transfers_delivery():
     assert failures.stall_ms([{"send_start": 1.0}]) is None
 
 
+def test_a_transfer_queued_behind_another_on_its_connection_is_not_stalled():
+    # b is ready at 1.0 but its connection sends a until 2.0: b's first packet at 2.1 is
+    # 100 ms after the connection's last arrival, not 1.1 s after b became ready
+    rows = [_row("a", 1.0, 2.0, [(1.2, 1.1), (1.6, 1.5), (2.0, 1.9)]),
+            _row("b", 1.0, 2.5, [(2.1, 2.0), (2.5, 2.4)])]
+    same = {"a": "qp", "b": "qp"}
+    assert failures.stall_ms(rows, same) == pytest.approx(400.0)
+    assert failures.stall_ms(rows) == pytest.approx(1100.0)  # each transfer alone
+    # an idle connection that gets a transfer waits from its start
+    idle = [_row("a", 1.0, 1.2, [(1.2, 1.1)]), _row("b", 3.0, 3.5, [(3.5, 3.4)])]
+    assert failures.stall_ms(idle, {"a": "qp", "b": "qp"}) == pytest.approx(500.0)
+
+
+def test_reroute_counts_a_connection_once_with_its_queued_transfers():
+    cut = 10.0
+    # a is sending at the cut; b, queued behind it, sends only from 10.6 on
+    rows = [_row("a", 9.0, 10.5, [(9.9, 9.8), (10.2, 10.05), (10.5, 10.4)]),
+            _row("b", 9.5, 11.0, [(10.7, 10.6), (11.0, 10.9)])]
+    assert failures.reroute_ms(rows, cut, {"a": "qp", "b": "qp"}) == pytest.approx(50.0)
+    assert failures.reroute_ms(rows, cut) == pytest.approx(600.0)
+
+
 def test_lost_bytes_counts_what_never_arrived():
     rows = [_row("a", 1.0, 2.0, [], nbytes=3000), _row("b", 1.0, None, [], 3000, received=1000)]
     assert failures.lost_bytes(rows) == 2000
