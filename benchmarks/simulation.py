@@ -3,8 +3,7 @@
 ``crosscheck`` (root) runs the collisions experiment's one-flow patterns on both
 backends, run for run (:mod:`fabric.experiment.crosscheck`), and prints each
 cell: throughput over line rate on the emulator and in the simulator, each
-beside its per-run ideals (max-min and proportionally fair sharing), and their
-difference.
+beside its per-run ideal, and their difference.
 
 ``scale`` (no root) simulates a random permutation under ECMP and spraying on
 fabrics of growing size at the graph's physical rates, flows of ``--flow-ms``
@@ -47,8 +46,8 @@ def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
     """Print the emulator and the simulator side by side, run for run."""
     from fabric.experiment.crosscheck import crosscheck
 
-    print(f"{'topology':>10} {'policy':>8} {'pattern':>11} seed  emulated (ideal, pf)  "
-          f"   simulated (ideal, pf)     sim-emu  valid")
+    print(f"{'topology':>10} {'policy':>8} {'pattern':>11} seed  emulated (ideal)  "
+          f"simulated (ideal)  sim-emu  valid")
     for spec in specs:
         graph = topologies.build(spec)
         for policy in ("ecmp", "spray", "adaptive"):
@@ -56,9 +55,8 @@ def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
                                workdir / f"{spec}-{policy}")
             for c in cells:
                 print(f"{spec:>10} {policy:>8} {c.pattern:>11} {c.seed:>4}  "
-                      f"{c.emulated:.3f} ({c.emulated_ideal:.3f}, {c.emulated_ideal_pf:.3f})  "
-                      f"{c.simulated:.3f} ({c.simulated_ideal:.3f}, {c.simulated_ideal_pf:.3f})"
-                      f"  {c.difference:+.3f}  "
+                      f"{c.emulated:.3f} ({c.emulated_ideal:.3f})     "
+                      f"{c.simulated:.3f} ({c.simulated_ideal:.3f})    {c.difference:+.3f}  "
                       f"{c.valid}", flush=True)
 
 

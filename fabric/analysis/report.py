@@ -142,8 +142,7 @@ def pattern_summary(result: Any, spec: PatternSpec, participants: list[str],
 
 
 def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset, float],
-                spray: bool, sharing: ideal.Sharing = ideal.max_min_rates
-                ) -> dict[str, ideal.IdealSpan] | None:
+                spray: bool) -> dict[str, ideal.IdealSpan] | None:
     """What a perfect transport would have done with this run's transfers.
 
     Per-flow routing (``spray`` False) keeps each transfer on the path the run
@@ -157,8 +156,7 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     when they really started (that would hand the ideal every real step's delay).
     Every transfer ends when its last packet has crossed its path store-and-forward
     (:func:`ideal.store_and_forward_s`), and the transfers of one connection go in
-    order (``Transfer.connection``). The active transfers share the links max-min
-    fairly, or as ``sharing`` shares them (:func:`ideal.proportional_fair_rates`).
+    order (``Transfer.connection``).
     None when a transfer's path (needed for per-flow routing) was not measured.
     """
     spec = result.plan.transport
@@ -182,4 +180,4 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
             ideal.last_packet_bytes(spec.kind, spec.mtu_payload, t.bytes))
         fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after, latency,
                                          t.delay_s, t.connection, t.after_start))
-    return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps), sharing=sharing)
+    return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))

@@ -8,9 +8,7 @@ Open vSwitch's hash and the simulator's documented one pick different paths for
 the same seed, and the comparison is of the two fabrics and transports on the
 same collisions, not of two hash functions. Under the adaptive policy the
 simulator asks the policy's code at the emulator's telemetry interval. Each
-backend's figure stands beside its own per-run ideals: the links shared max-min
-fairly, and proportionally fairly (where collided ECMP flows cross different
-numbers of full links, window-based congestion control shares as the latter).
+backend's figure stands beside its own per-run ideal.
 """
 
 from __future__ import annotations
@@ -27,24 +25,20 @@ from fabric.experiment.loop import idle_check, traffic_run, warm_up, Scheduled
 from fabric.routing.adaptive import params_for_rate
 from fabric.simulation import simulate
 from fabric.simulation.scenario import Fabric
-from fabric.traffic.ideal import max_min_rates, proportional_fair_rates
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, TransportSpec
 from fabric.traffic.workloads import norm_throughput, pattern_transfers
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One run on both backends: throughput over line rate, each beside its ideal (the
-    links shared max-min fairly) and its proportionally fair ideal (``_pf``)."""
+    """One run on both backends: throughput over line rate, each beside its ideal."""
 
     pattern: str
     seed: int
     emulated: float
     emulated_ideal: float
-    emulated_ideal_pf: float
     simulated: float
     simulated_ideal: float
-    simulated_ideal_pf: float
     valid: bool  # the emulated run passed its fidelity checks
 
     @property
@@ -54,19 +48,16 @@ class Cell:
 
 
 def _measure(graph: Any, result: Any, pattern: str, ranks: list[str], size: Any,
-             host_mbps: float, link_mbps: Any, spray: bool) -> tuple[float, float, float]:
-    """Mean flow rate over line rate: measured, on the run's ideal, and on its
-    proportionally fair ideal."""
+             host_mbps: float, link_mbps: Any, spray: bool) -> tuple[float, float]:
+    """Mean flow rate over line rate, measured and on the run's ideal."""
     rows = result.transfer_rows()
     measured = norm_throughput(pattern, {r["id"]: (r["send_start"], r["recv_end"], r["bytes"])
                                          for r in rows}, ranks, size, host_mbps)
-    ideals = []
-    for sharing in (max_min_rates, proportional_fair_rates):
-        spans = ideal_spans(result, graph, link_mbps, spray, sharing)
-        ideals.append(norm_throughput(pattern, {r["id"]: (spans[r["id"]].start,
-                                                          spans[r["id"]].end, r["bytes"])
-                                                for r in rows}, ranks, size, host_mbps))
-    return measured, ideals[0], ideals[1]
+    spans = ideal_spans(result, graph, link_mbps, spray)
+    ideal = norm_throughput(pattern, {r["id"]: (spans[r["id"]].start, spans[r["id"]].end,
+                                                r["bytes"]) for r in rows}, ranks, size,
+                            host_mbps)
+    return measured, ideal
 
 
 def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable[int],
@@ -105,6 +96,8 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
                 simulated = simulate(fabric, transfers, transport, seed=seed, paths=paths,
                                      adaptive=adaptive)
                 args = (pattern, ranks, size, plan.host_mbps, plan.link_mbps, policy != "ecmp")
-                cells.append(Cell(pattern, seed, *_measure(graph, emulated, *args),
-                                  *_measure(graph, simulated, *args), valid))
+                emu_value, emu_ideal = _measure(graph, emulated, *args)
+                sim_value, sim_ideal = _measure(graph, simulated, *args)
+                cells.append(Cell(pattern, seed, emu_value, emu_ideal, sim_value, sim_ideal,
+                                  valid))
     return cells

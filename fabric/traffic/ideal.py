@@ -1,9 +1,7 @@
 """What a perfect transport would achieve on the paths a run used (pure).
 
 A fluid model: every transfer is a flow of bytes that, while active, gets its
-max-min fair rate given the link capacities (progressive filling), or, asked
-for, its proportionally fair rate (what window-based congestion controls
-approach where flows cross different numbers of full links). Rates are
+max-min fair rate given the link capacities (progressive filling). Rates are
 recomputed at every event, so a flow speeds up when the flows beside it
 finish, and a transfer with dependencies starts the instant its last
 dependency ends (a perfect transport has no per-step latency either).
@@ -25,7 +23,7 @@ import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Mapping, Sequence
+from typing import Hashable, Mapping, Sequence
 
 import networkx as nx
 
@@ -33,8 +31,6 @@ from fabric.model import graph as fg
 from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_PACKET_OVERHEAD, TCP_SEGMENT_BYTES
 
 Link = tuple[str, str]
-# flow id -> {link: load per unit rate}, link -> capacity  ->  flow id -> rate
-Sharing = Callable[[Mapping[str, Mapping[Link, float]], Mapping[Link, float]], dict[str, float]]
 _EPS = 1e-12
 
 
@@ -101,17 +97,6 @@ class IdealSpan:
         return self.end - self.start
 
 
-def _link_users(loads: Mapping[str, Mapping[Link, float]], capacity: Mapping[Link, float]
-                ) -> dict[Link, list[tuple[str, float]]]:
-    """Capacitated link -> (flow, load per unit rate) of every flow that loads it."""
-    users: dict[Link, list[tuple[str, float]]] = defaultdict(list)
-    for fid, load in loads.items():
-        for link, share in load.items():
-            if share > 0 and link in capacity:
-                users[link].append((fid, share))
-    return users
-
-
 def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
                   capacity: Mapping[Link, float]) -> dict[str, float]:
     """Max-min fair rates by progressive filling.
@@ -134,7 +119,11 @@ def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
         Link -> capacity (the unit of the rates).
     """
     rates: dict[str, float] = {}
-    users = _link_users(loads, capacity)
+    users: dict[Link, list[tuple[str, float]]] = defaultdict(list)
+    for fid, load in loads.items():
+        for link, share in load.items():
+            if share > 0 and link in capacity:
+                users[link].append((fid, share))
     demand = {link: sum(share for _, share in fids) for link, fids in users.items()}
     fixed = dict.fromkeys(users, 0.0)  # load of the link's frozen flows
     version = dict.fromkeys(users, 0)
@@ -168,99 +157,6 @@ def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
     for fid in loads:
         rates.setdefault(fid, math.inf)
     return {fid: rates[fid] for fid in loads}
-
-
-PF_MAX_SWEEPS = 10_000  # coordinate-descent sweeps before giving up (tens are usual)
-
-
-def proportional_fair_rates(loads: Mapping[str, Mapping[Link, float]],
-                            capacity: Mapping[Link, float],
-                            tolerance: float = 1e-9) -> dict[str, float]:
-    """Proportionally fair rates: the largest sum of the flows' log rates that the
-    links carry (Kelly's criterion, which window-based congestion controls that
-    add a constant per round trip and cut in proportion approach).
-
-    Where max-min fairness gives a flow that crosses two full links the same
-    rate as a flow that crosses one, proportional fairness charges each flow for
-    every full link it loads: a flow's rate is one over the sum of its links'
-    *prices*. Each link's price is found in turn, the others held, so that the
-    link is full or free (coordinate descent on the dual, which is convex); the
-    sweeps stop when every link is within ``tolerance`` of its capacity or free.
-    A flow that loads no capacitated link is unbounded (``inf``).
-
-    Parameters
-    ----------
-    loads : mapping
-        Flow id -> {link: capacity used per unit of the flow's rate}.
-    capacity : mapping
-        Link -> capacity (the unit of the rates).
-    tolerance : float
-        Relative error in each link's load at which the sweeps stop.
-
-    Raises
-    ------
-    ValueError
-        When a flow loads a link without capacity (its log rate has no maximum).
-    ArithmeticError
-        When the sweeps do not settle (not seen; a wrong answer is never returned).
-    """
-    users = _link_users(loads, capacity)
-    for link, fids in users.items():
-        if capacity[link] <= 0:
-            raise ValueError(f"{fids[0][0]} crosses {link}, which has no capacity: "
-                             "no proportionally fair rates")
-    # a link alone on its flows' paths would be priced at (its load count) / capacity
-    price = {link: len(fids) / capacity[link] for link, fids in users.items()}
-    cost = dict.fromkeys(loads, 0.0)  # a flow's rate is 1 / cost
-    for link, fids in users.items():
-        for fid, share in fids:
-            cost[fid] += share * price[link]
-    for _ in range(PF_MAX_SWEEPS):
-        for link, fids in users.items():
-            old = price[link]
-            new = _link_price(fids, cost, old, capacity[link])
-            for fid, share in fids:
-                cost[fid] += share * (new - old)
-            price[link] = new
-        if all(_settled(fids, cost, price[link], capacity[link], tolerance)
-               for link, fids in users.items()):
-            break
-    else:
-        raise ArithmeticError(f"proportionally fair rates of {len(loads)} flows did not "
-                              f"settle within {PF_MAX_SWEEPS} sweeps")
-    return {fid: 1.0 / cost[fid] if cost[fid] > 0 else math.inf for fid in loads}
-
-
-def _settled(fids: list[tuple[str, float]], cost: Mapping[str, float], price: float,
-             capacity: float, tolerance: float) -> bool:
-    """A priced link is full and a free one not over full, within ``tolerance``."""
-    if any(cost[fid] <= 0 for fid, _ in fids):
-        return False
-    excess = (sum(share / cost[fid] for fid, share in fids) - capacity) / capacity
-    return excess <= tolerance and (price == 0 or excess >= -tolerance)
-
-
-def _link_price(fids: list[tuple[str, float]], cost: Mapping[str, float], price: float,
-                capacity: float) -> float:
-    """The price at which one link is full, or 0 if it is not full at 0, the other
-    links' prices held. Newton's method: the load is convex and falls with the
-    price, so the first step lands at or below the root and the rest climb to it."""
-    rest = [(share, cost[fid] - share * price) for fid, share in fids]
-    if all(r > 0 for _, r in rest) and sum(a / r for a, r in rest) <= capacity:
-        return 0.0
-    p = price if all(cost[fid] > 0 for fid, _ in fids) else 0.0
-    for _ in range(100):
-        denominators = [r + a * p for a, r in rest]
-        if min(denominators) <= 0:
-            p = max(p, max(-r / a for a, r in rest)) * (1 + 1e-12) + _EPS
-            continue
-        excess = sum(a / d for (a, _), d in zip(rest, denominators)) - capacity
-        slope = sum(a * a / (d * d) for (a, _), d in zip(rest, denominators))
-        step = excess / slope
-        p = max(p + step, 0.0)
-        if abs(step) <= 1e-15 * max(p, _EPS):
-            break
-    return p
 
 
 class _Queues:
@@ -334,8 +230,8 @@ class _Readiness:
 
 
 def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
-             bits_per_unit: float = 8e-6, changes: Sequence[Change] = (),
-             sharing: Sharing = max_min_rates) -> dict[str, IdealSpan]:
+             bits_per_unit: float = 8e-6, changes: Sequence[Change] = ()
+             ) -> dict[str, IdealSpan]:
     """Event-driven fluid run of ``transfers``: each one's ideal start and end.
 
     Parameters
@@ -348,9 +244,6 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
         Converts bytes to the capacity's unit-seconds (8e-6: bytes -> Mbit).
     changes : sequence of Change
         Capacity and load changes during the run, in any order.
-    sharing : callable
-        How the active flows share the links (:func:`max_min_rates`, or
-        :func:`proportional_fair_rates`).
 
     Raises
     ------
@@ -377,7 +270,7 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
                 del ready_at[fid]
                 readiness.started(fid, now)  # may make others ready now
                 queues.begin(fid, now)
-        rates = sharing({f: load[f] for f in active}, capacity)
+        rates = max_min_rates({f: load[f] for f in active}, capacity)
         finish = [(remaining[f] / rates[f] if rates[f] > 0 else math.inf, f) for f in active]
         next_finish = min((dt for dt, _ in finish), default=math.inf)
         next_start = min(ready_at.values(), default=math.inf) - now

@@ -1,5 +1,4 @@
-"""The fluid ideal: hand-worked cases of max-min and proportionally fair sharing, finishes
-and dependencies."""
+"""The fluid ideal: hand-worked cases of max-min sharing, finishes and dependencies."""
 
 from __future__ import annotations
 
@@ -14,9 +13,8 @@ from fabric.emulation.linkstats import LinkSeries
 from fabric.emulation.traffic import TrafficResult
 from fabric.traffic.ideal import (ROCE_DATA_OVERHEAD, Change, FluidTransfer, Overhead,
                                   last_packet_bytes, link_capacity, max_min_rates, path_load,
-                                  proportional_fair_rates, shortest_path, simulate, spray_load,
-                                  store_and_forward_s, transport_overhead,
-                                  weighted_multipath_load)
+                                  shortest_path, simulate, spray_load, store_and_forward_s,
+                                  transport_overhead, weighted_multipath_load)
 from fabric.traffic.model import Plan, Transfer, TransportSpec
 
 MBIT = 125_000  # bytes
@@ -116,65 +114,6 @@ def test_max_min_rates_are_feasible_and_every_flow_has_a_bottleneck(seed):
                    and all(rates[fid] >= rates[other] * (1 - 1e-9)
                            for other, theirs in loads.items() if link in theirs)
                    for link in load), fid
-
-
-@pytest.mark.parametrize("links", [1, 2, 3, 5])
-def test_proportional_fairness_charges_a_long_flow_for_every_full_link(links):
-    # Kelly's linear network: one flow over n unit links, one short flow on each;
-    # max-min gives all 1/2, proportional fairness 1/(n+1) and n/(n+1)
-    loads = {"long": {f"l{i}": 1.0 for i in range(links)}}
-    loads.update({f"short{i}": {f"l{i}": 1.0} for i in range(links)})
-    rates = proportional_fair_rates(loads, {f"l{i}": 1.0 for i in range(links)})
-    assert rates["long"] == pytest.approx(1 / (links + 1), rel=1e-6)
-    assert all(rates[f"short{i}"] == pytest.approx(links / (links + 1), rel=1e-6)
-               for i in range(links))
-
-
-@pytest.mark.parametrize("seed", range(25))
-def test_proportional_fair_rates_are_feasible_and_no_feasible_allocation_gains(seed):
-    # optimality of a concave objective over a convex set: from the optimum x, every
-    # feasible y has sum((y - x) / x) <= 0; the max-min rates and scaled-down random
-    # rates are feasible y's, so none may gain
-    loads, capacity = _instance(seed)
-    rates = proportional_fair_rates(loads, capacity)
-    used = {link: sum(rates[f] * load.get(link, 0.0) for f, load in loads.items())
-            for link in capacity}
-    assert all(used[link] <= capacity[link] * (1 + 1e-6) for link in capacity)
-    rng = random.Random(seed)
-    candidates = [max_min_rates(loads, capacity)]
-    for _ in range(20):
-        y = {f: rng.random() for f in loads}
-        over = max(sum(y[f] * load.get(link, 0.0) for f, load in loads.items()) / cap
-                   for link, cap in capacity.items())
-        candidates.append({f: value / over for f, value in y.items()})
-    for y in candidates:
-        assert sum((y[f] - rates[f]) / rates[f] for f in loads) <= 1e-6
-
-
-def test_proportional_fairness_refuses_a_link_without_capacity():
-    with pytest.raises(ValueError, match="no capacity"):
-        proportional_fair_rates({"a": {"l": 1.0}}, {"l": 0.0})
-    assert proportional_fair_rates({"a": {"nolink": 1.0}}, {}) == {"a": math.inf}
-
-
-def test_proportional_fairness_that_does_not_settle_is_an_error(monkeypatch):
-    import fabric.traffic.ideal as ideal_module
-    monkeypatch.setattr(ideal_module, "PF_MAX_SWEEPS", 1)
-    loads = {"long": {"l0": 1.0, "l1": 1.0}, "s0": {"l0": 1.0}, "s1": {"l1": 1.0}}
-    with pytest.raises(ArithmeticError, match="did not settle"):
-        proportional_fair_rates(loads, {"l0": 1.0, "l1": 1.0})
-
-
-def test_the_fluid_run_can_share_proportionally():
-    # the long flow ends later than under max-min: it gets 1/3 while both shorts run
-    flows = [_flow("long", [("x", "y"), ("y", "z")], 10), _flow("s0", [("x", "y")], 10),
-             _flow("s1", [("y", "z")], 10)]
-    capacity = {("x", "y"): 10.0, ("y", "z"): 10.0}
-    fair = simulate(flows, capacity, sharing=proportional_fair_rates)
-    # shorts at 20/3 end at 1.5 s; the long flow sent 5 Mbit by then, 5 more at 10
-    assert fair["s0"].end == pytest.approx(1.5, rel=1e-6)
-    assert fair["long"].end == pytest.approx(2.0, rel=1e-6)
-    assert simulate(flows, capacity)["s0"].end == pytest.approx(2.0)
 
 
 def test_headers_and_acks_take_their_share():
