@@ -23,6 +23,7 @@ import networkx as nx
 import topologies
 from fabric.argtypes import integer
 from fabric.model import graph as fg
+from fabric.model.spec import SpecError
 from fabric.traffic import ideal
 
 DEFAULT_TOPOLOGIES = "fat-tree;fat-tree,k=8;fat-tree,k=16"
@@ -55,8 +56,11 @@ def main() -> None:
     parser.add_argument("--seed", type=integer(minimum=0), default=0)
     args = parser.parse_args()
     print(f"{'topology':>16} {'flows':>6} {'seconds':>8} {'mean rate':>9}")
-    for spec in args.topo.split(";"):
-        graph = topologies.build(spec)
+    try:
+        graphs = [(spec, topologies.build(spec)) for spec in args.topo.split(";")]
+    except SpecError as exc:
+        parser.error(str(exc))
+    for spec, graph in graphs:
         fluid = ecmp_permutation(graph, args.seed)
         capacity = ideal.link_capacity(graph, {frozenset(e): graph.edges[e]["gbps"] * 1e3
                                                for e in graph.edges})
