@@ -71,7 +71,7 @@ struct event {
     __u32 link;
     __u8 lane;
     __u8 verdict;  // PFC_PAUSE or PFC_RESUME
-    __u16 pad;
+    __u16 seq;     // the port and lane's verdict count after this one (pfc_mmu.h)
     __u64 ns;      // CLOCK_MONOTONIC
     __u64 held;    // bytes the port and lane held
 };
@@ -149,9 +149,10 @@ static __always_inline int lossless_lane(struct iphdr *ip, void *data_end)
     return *lane;
 }
 
-static __always_inline void report(__u32 link, __u32 lane, int verdict, __u64 held)
+static __always_inline void report(__u32 link, __u32 lane, int verdict, __u64 held,
+                                   __u16 seq)
 {
-    struct event ev = {.link = link, .lane = lane, .verdict = verdict,
+    struct event ev = {.link = link, .lane = lane, .verdict = verdict, .seq = seq,
                        .ns = bpf_ktime_get_ns(), .held = held};
     bpf_ringbuf_output(&events, &ev, sizeof(ev), 0);
 }
@@ -178,9 +179,10 @@ static __always_inline void release(__u32 link, __u32 lane, __u64 size)
     bpf_spin_lock(&m->lock);
     int verdict = pfc_release(&m->cfg, &m->counts, port, lane, size);
     __u64 held = pfc_held(&m->counts, port, lane);
+    __u16 seq = m->counts.verdicts[port][lane];
     bpf_spin_unlock(&m->lock);
     if (verdict == PFC_RESUME)
-        report(link, lane, verdict, held);
+        report(link, lane, verdict, held, seq);
 }
 
 // Admit the packet on `link`; 0 when it must be dropped.
@@ -193,6 +195,7 @@ static __always_inline int admit(__u32 link, __u32 lane, __u64 size)
     bpf_spin_lock(&m->lock);
     int verdict = pfc_admit(&m->cfg, &m->counts, port, lane, size);
     __u64 held = pfc_held(&m->counts, port, lane);
+    __u16 seq = m->counts.verdicts[port][lane];
     bpf_spin_unlock(&m->lock);
     __u32 key = link * PFC_MAX_LANES + lane;
     struct link_stat *st = bpf_map_lookup_elem(&stats, &key);
@@ -207,7 +210,7 @@ static __always_inline int admit(__u32 link, __u32 lane, __u64 size)
             __sync_fetch_and_add(&st->pause_events, 1);
     }
     if (verdict == PFC_PAUSE)
-        report(link, lane, verdict, held);
+        report(link, lane, verdict, held, seq);
     return verdict != PFC_DROP;
 }
 

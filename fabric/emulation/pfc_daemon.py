@@ -28,7 +28,8 @@ from fabric.host.system import netns
 from fabric.host.tcgate import Gate, GateError, GateSocket
 
 PAUSE, RESUME = 1, 2  # pfc_mmu.h's verdicts
-EVENT = struct.Struct("=IBBHQQ")  # struct event in pfc.bpf.c
+# struct event in pfc.bpf.c: link, lane, verdict, seq, ns, held
+EVENT = struct.Struct("=IBBHQQ")
 LINK_CFG = struct.Struct("=II")
 PORT_CFG = struct.Struct("=II")
 MMU_CFG = struct.Struct("=QQQQII")  # struct pfc_mmu_cfg
@@ -52,6 +53,7 @@ class GateState:
     dev: str
     watchdog_ns: int
     reaction_ns: int = 0  # the modelled reaction: a change waits this long after its event
+    seq: int | None = None  # the verdict count of the last event taken (pfc_mmu.h)
     closed_since: int | None = None
     holdoff_until: int = 0
     stat: list[int] = field(default_factory=lambda: [0] * 8)
@@ -129,12 +131,20 @@ class Daemon:
     def handle(self, record: bytes) -> None:
         """One event from the ring buffer: close or open the gate it names. A change the
         kernel refuses is logged and the daemon goes on (the run's checks see the
-        consequences: a lossless lane that drops)."""
-        link, lane, verdict, _, ns, held = EVENT.unpack_from(record)
+        consequences: a lossless lane that drops). An event older than one already
+        taken is skipped: two CPUs' events can reach the ring buffer swapped, and the
+        gate must end as the accounting's latest verdict says (else a pause taken
+        after its resume would hold a lane that is not paused, or a resume after its
+        pause open one that is, until the headroom overflows)."""
+        link, lane, verdict, seq, ns, held = EVENT.unpack_from(record)
         state = self.gates.get((link, lane))
-        if state is not None:  # events come in time order: each waits for its own moment
+        if state is not None:
+            if state.seq is not None and not _newer(seq, state.seq):
+                self._log(ns, link, lane, "stale", held, None)
+                return
+            state.seq = seq
             wait = ns + state.reaction_ns - time.monotonic_ns()
-            if wait > 0:
+            if wait > 0:  # events come in time order: each waits for its own moment
                 time.sleep(wait / 1e9)
         try:
             self._apply(link, lane, verdict, ns, held)
@@ -237,6 +247,11 @@ class Daemon:
             kick.close()
         self.log.close()
         self.obj.close()
+
+
+def _newer(seq: int, than: int) -> bool:
+    """True when verdict count ``seq`` comes after ``than`` (16-bit, wrapping)."""
+    return 0 < (seq - than) & 0xFFFF < 0x8000
 
 
 def _u32(value: int) -> bytes:

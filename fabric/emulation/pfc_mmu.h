@@ -37,6 +37,9 @@ struct pfc_mmu_counts {
     pfc_u64 ingress[PFC_MAX_PORTS][PFC_MAX_LANES]; // reserve + shared part
     pfc_u64 hdrm[PFC_MAX_PORTS][PFC_MAX_LANES];    // headroom part
     unsigned char paused[PFC_MAX_PORTS][PFC_MAX_LANES];
+    // pause and resume verdicts so far (wrapping): their order, for whoever applies
+    // them after the lock is gone (events from two CPUs can arrive swapped)
+    unsigned short verdicts[PFC_MAX_PORTS][PFC_MAX_LANES];
 };
 
 enum pfc_verdict { PFC_NONE = 0, PFC_PAUSE = 1, PFC_RESUME = 2, PFC_DROP = 3 };
@@ -77,6 +80,7 @@ static inline int pfc_admit(const struct pfc_mmu_cfg *cfg, struct pfc_mmu_counts
     if (!m->paused[p][q] &&
         (m->hdrm[p][q] > 0 || pfc_shared_of(cfg, m->ingress[p][q]) >= pfc_threshold(cfg, m))) {
         m->paused[p][q] = 1;
+        m->verdicts[p][q]++;
         return PFC_PAUSE;
     }
     return PFC_NONE;
@@ -98,6 +102,7 @@ static inline int pfc_release(const struct pfc_mmu_cfg *cfg, struct pfc_mmu_coun
     pfc_u64 shared = pfc_shared_of(cfg, m->ingress[p][q]);
     if (shared == 0 || shared + cfg->resume_offset <= pfc_threshold(cfg, m)) {
         m->paused[p][q] = 0;
+        m->verdicts[p][q]++;
         return PFC_RESUME;
     }
     return PFC_NONE;

@@ -6,6 +6,7 @@ the test moves."""
 from __future__ import annotations
 
 import io
+import itertools
 import struct
 from typing import Any
 
@@ -108,9 +109,14 @@ def daemon(clock: Clock, stored: list) -> Daemon:
     return daemon
 
 
-def _event(verdict: int, ns: int, link: int = LINK, lane: int = LANE, held: int = HELD
-           ) -> bytes:
-    return EVENT.pack(link, lane, verdict, 0, ns, held)
+_SEQ = itertools.count(1)
+
+
+def _event(verdict: int, ns: int, link: int = LINK, lane: int = LANE, held: int = HELD,
+           seq: int | None = None) -> bytes:
+    """An event; by default each one's verdict count follows the last one's."""
+    return EVENT.pack(link, lane, verdict, next(_SEQ) & 0xFFFF if seq is None else seq, ns,
+                      held)
 
 
 def _state(daemon: Daemon, link: int = LINK) -> GateState:
@@ -333,3 +339,25 @@ def test_closing_opens_every_gate_even_when_one_change_is_refused(daemon, clock,
     assert _state(daemon, OTHER_LINK).closed_since is None
     assert all(s.sock.closed and s.kick.closed for s in daemon.gates.values())
     assert log.closed and Obj.closed
+
+
+@pytest.mark.parametrize("first, second, state", [
+    (PAUSE, RESUME, "open"),   # the accounting resumed last: the gate must end open
+    (RESUME, PAUSE, "closed")])  # it paused last: closed
+def test_events_that_reach_the_daemon_swapped_leave_the_gate_as_the_latest_verdict(
+        daemon, clock, stored, first, second, state):
+    gate = _state(daemon)
+    if first == RESUME:  # the lane was paused before both
+        daemon.handle(_event(PAUSE, clock.now, seq=10))
+    # verdicts 11 then 12 under the switch's lock, but 12 is in the ring buffer first
+    daemon.handle(_event(second, clock.now, seq=12))
+    daemon.handle(_event(first, clock.now, seq=11))
+    assert (gate.closed_since is not None) == (state == "closed")
+    assert _lines(daemon)[-1].split(",")[3] == "stale"
+    daemon.handle(_event(first, clock.now, seq=13))  # the next verdict is taken again
+    assert (gate.closed_since is not None) == (first == PAUSE)
+
+
+def test_verdict_counts_wrap_at_16_bits():
+    assert pfc_daemon._newer(0, 0xFFFF) and pfc_daemon._newer(5, 4)
+    assert not pfc_daemon._newer(4, 5) and not pfc_daemon._newer(7, 7)

@@ -37,7 +37,8 @@ class Counts(ctypes.Structure):
     _fields_ = [("shared_used", ctypes.c_uint64),
                 ("ingress", (ctypes.c_uint64 * LANES) * PORTS),
                 ("hdrm", (ctypes.c_uint64 * LANES) * PORTS),
-                ("paused", (ctypes.c_uint8 * LANES) * PORTS)]
+                ("paused", (ctypes.c_uint8 * LANES) * PORTS),
+                ("verdicts", (ctypes.c_uint16 * LANES) * PORTS)]
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +107,19 @@ def test_resume_waits_for_an_empty_headroom_and_the_offset(mmu):
     assert verdicts[:2] == [NONE, NONE]
     assert verdicts.index(RESUME) == 2 and verdicts.count(RESUME) == 1
     assert (m.shared_used, m.ingress[0][0], m.hdrm[0][0]) == (0, 0, 0)
+
+
+def test_each_pause_and_resume_counts_one_verdict_of_its_port_and_lane(mmu):
+    # the daemon orders events by this count, whatever order the CPUs report them in
+    cfg, m = _switch()
+    m.verdicts[0][0] = 0xFFFF  # it wraps
+    for _ in range(10):
+        mmu.admit(cfg, m, 0, 0, FRAME)  # one pause; the headroom admits without another
+    assert m.verdicts[0][0] == 0
+    for _ in range(10):
+        mmu.release(cfg, m, 0, 0, FRAME)  # one resume
+    mmu.admit(cfg, m, 1, 0, FRAME)
+    assert (m.verdicts[0][0], m.verdicts[1][0], m.verdicts[0][1]) == (1, 0, 0)
 
 
 def test_every_byte_admitted_and_released_leaves_nothing_behind(mmu):
