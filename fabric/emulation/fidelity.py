@@ -26,6 +26,11 @@ Checks, each with its measured value and threshold:
   the NICs' sending time lost because an agent sent later than its pacer had
   planned, with the NIC's queue already empty: the agent waited for a CPU, so
   the link idled for the emulator's sake, not the transport's. At most 2 %.
+* ``late_pause_drops`` (flow-control runs, added by the traffic runner): drops at a
+  full headroom on a link whose pause came later than the headroom covers (its
+  modelled reaction and the frames in flight, with 2 packet times to spare,
+  ``spare_headroom_pkts``): the machine ran the flow-control daemon late. They are
+  counted here, not in ``lossless_drops`` (the fabric's correctness).
 * ``hidden_socket_drops``: drops counted by the kernel on ovs-vswitchd's
   packet sockets, which no OVS counter shows;
 * ``idle_path_rate`` (added by the traffic runner): goodput of one flow on

@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
@@ -145,7 +145,7 @@ def daemon_config(graph: nx.Graph, host_pids: dict[str, int], link_mbps: dict[fr
             "id": ident, "name": f"{link.src}>{link.dst}", "sw": index[link.dst],
             "port": link.port_index,
             "watchdog_ns": int(watchdog_packets(fc, gbps, frame_bytes) * packet_ns),
-            "reaction_ns": int(fc.reaction_pkts * packet_ns),
+            "reaction_ns": int(fc.reaction_pkts * packet_ns), "packet_ns": packet_ns,
             "upstream": {"pid": host_pids.get(link.src),
                          "dev": fg.intf_name(link.src, fg.port(graph, link.src, link.dst)),
                          "open_bytes_per_s": shaping.gate_open_bytes_per_s(mbps),
@@ -279,6 +279,35 @@ def lane_drops(tc_stats: str, lanes: list[int]) -> dict[tuple[str, int], int]:
             key = (head.group(2), handles[head.group(1)])
             out[key] = out.get(key, 0) + (int(dropped.group(1)) if dropped else 0)
     return out
+
+
+def pause_lateness(events: Iterable[Mapping[str, str]], links: Iterable[Mapping[str, Any]],
+                   since_ns: int) -> dict[tuple[str, int], float]:
+    """(link name, lane) -> how much later than modelled its latest-coming pause since
+    ``since_ns`` took effect, in packet times of the link (pure). ``events`` are rows
+    of the daemon's events CSV, ``links`` the daemon config's links. A pause the
+    daemon itself applied late (the machine did not run it in time) lets more than
+    the headroom assumes into the switch: the drops at a full headroom that follow
+    are the emulator's load, not the fabric's."""
+    by_id = {int(link["id"]): link for link in links}
+    late: dict[tuple[str, int], float] = {}
+    for row in events:
+        link = by_id.get(int(row["link"]))
+        if row["event"] != "pause" or not row["reaction_ns"] or link is None \
+                or int(row["ns"]) < since_ns:
+            continue
+        key = (link["name"], int(row["lane"]))
+        beyond = (int(row["reaction_ns"]) - link["reaction_ns"]) / link["packet_ns"]
+        late[key] = max(late.get(key, 0.0), beyond)
+    return late
+
+
+def drops_behind_late_pauses(rows: Iterable[Mapping[str, Any]],
+                             late: Mapping[tuple[str, int], float], spare_pkts: float) -> int:
+    """Drops at a full headroom (``rows`` of :func:`link_rows`) on the links and lanes
+    whose latest pause came more than ``spare_pkts`` late (:func:`pause_lateness`)."""
+    return sum(row["drops"] for row in rows
+               if late.get((row["link"], row["lane"]), 0.0) > spare_pkts)
 
 
 def link_rows(graph: nx.Graph, before: dict, after: dict, seconds: float, frame_bytes: int

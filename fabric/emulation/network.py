@@ -11,6 +11,7 @@ runs the undo log, whatever happened before.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -150,6 +151,7 @@ class Emulation:
         self._markers: dict[float, Path] = {}  # link rate -> compiled ECN marker
         self._pfc_object: Path | None = None  # the compiled flow-control accounting
         self._pfc: subprocess.Popen | None = None
+        self._pfc_links: list[dict[str, Any]] = []  # the daemon's links (ids, reactions)
         self.pfc_counters: flowcontrol.Counters | None = None
 
     def __enter__(self) -> "Emulation":
@@ -490,6 +492,7 @@ class Emulation:
         self.report.warnings += warnings
         self.state.add_process(self._pfc.pid, expect="pfc_daemon")
         self.pfc_counters = flowcontrol.Counters(status, len(config["links"]))
+        self._pfc_links = config["links"]
 
     def flow_control_pid(self) -> int | None:
         """The flow-control daemon's process id (None without flow control)."""
@@ -502,6 +505,16 @@ class Emulation:
     def lossless_lanes(self) -> list[int]:
         """The lanes flow control keeps lossless (none without flow control)."""
         return lossless_lanes(self.options.lanes) if self.options.flow_control else []
+
+    def pause_lateness(self, since_ns: int) -> dict[tuple[str, int], float]:
+        """(link name, lane) -> how much later than modelled the latest-coming pause since
+        ``since_ns`` (``time.monotonic_ns``) took effect, in packet times of its link
+        (:func:`flowcontrol.pause_lateness`; empty without flow control)."""
+        if self._pfc is None or self.workdir is None:
+            return {}
+        with open(self.workdir / "pfc-events.csv", newline="") as handle:
+            return flowcontrol.pause_lateness(csv.DictReader(handle), self._pfc_links,
+                                              since_ns)
 
     def lossless_queue_drops(self) -> dict[tuple[str, int], int]:
         """(device, lane) -> packets every egress queue of a lossless lane dropped so far,
@@ -525,6 +538,7 @@ class Emulation:
                 self._pfc.kill()
                 self._pfc.wait()
             self._pfc = None
+        self._pfc_links = []
 
     def _tc_in_root_mounts(self, endpoint: str, batch: Path) -> None:
         """Run a ``tc -batch`` file in ``endpoint``'s network namespace with this

@@ -10,7 +10,7 @@ from fabric.emulation.traffic import TrafficResult
 # The fidelity checks that measure the machine's load at the time of a run, not the run
 # itself: a run that fails only these was not emulated faithfully, but nothing in it
 # went wrong, so it is tried again (up to ``attempts`` times, ``fabric run --attempts``).
-RUN_CHECKS = ("ovs_input_delay_ms", "machine_cpu", "agent_late_share")
+RUN_CHECKS = ("ovs_input_delay_ms", "machine_cpu", "agent_late_share", "late_pause_drops")
 
 
 def completion_check(result: TrafficResult) -> fidelity.Check:

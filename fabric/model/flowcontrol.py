@@ -130,6 +130,12 @@ def mmu_bytes(fc: FlowControl, frame_bytes: int, ports: int, lossless_count: int
                     fc.alpha_shift, buffer)
 
 
+def spare_headroom_pkts(fc: FlowControl) -> float:
+    """Packet times a pause may come later than modelled before the headroom overflows
+    (pure): what the headroom holds beyond the reaction and the frames in flight."""
+    return fc.headroom_pkts - fc.reaction_pkts - IN_FLIGHT_FRAMES
+
+
 def watchdog_packets(fc: FlowControl, physical_gbps: float, frame_bytes: int) -> float:
     """The watchdog in packet times: ``watchdog_ms`` of the modelled link (pure)."""
     return fc.watchdog_ms * 1e-3 * physical_gbps * 1e9 / 8 / frame_bytes

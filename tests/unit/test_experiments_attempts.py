@@ -58,7 +58,7 @@ def test_an_overloaded_run_is_repeated_and_its_attempt_listed(tmp_path, monkeypa
                                                                            (8, 0.3, 1)]
     assert log.discarded == [{"seed": 7, "attempt": 1, "workdir": "7",
                               "ovs_input_delay_ms": 1.4, "machine_cpu": 0.5,
-                              "agent_late_share": None}]
+                              "agent_late_share": None, "late_pause_drops": None}]
     merged = log.write(tmp_path)
     assert merged["valid"] and merged["runs"] == 2
     assert (merged["attempts"], merged["repeated_runs"], merged["discarded_attempts"]) == (3, 1, 1)
@@ -90,8 +90,8 @@ def test_a_run_that_failed_anything_else_is_not_repeated(tmp_path, monkeypatch, 
 
 def test_overloaded_means_only_load_dependent_checks_failed():
     def report(*failed: str) -> dict:
-        names = ("ovs_input_delay_ms", "machine_cpu", "agent_late_share",
-                 "hidden_socket_drops")
+        names = ("ovs_input_delay_ms", "machine_cpu", "agent_late_share", "late_pause_drops",
+                 "hidden_socket_drops", "lossless_drops")
         return {"checks": [{"name": n, "ok": n not in failed, "value": 2, "threshold": 1}
                            for n in names]}
 
@@ -101,6 +101,8 @@ def test_overloaded_means_only_load_dependent_checks_failed():
     assert not checks.overloaded(report("machine_cpu", "hidden_socket_drops"))
     assert checks.overload_text(report("machine_cpu")) == "machine_cpu 2 > 1"
     assert checks.overloaded(report("agent_late_share"))
+    assert checks.overloaded(report("late_pause_drops"))  # the daemon was not run in time
+    assert not checks.overloaded(report("late_pause_drops", "lossless_drops"))
     unmeasured = {"checks": [{"name": "ovs_input_delay_ms", "ok": False, "value": None,
                               "threshold": 1, "detail": "not measured: 3 backlog samples"}]}
     assert checks.overloaded(unmeasured)  # a starved sampler: the machine's load

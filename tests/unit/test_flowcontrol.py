@@ -12,7 +12,8 @@ import topologies
 from fabric.emulation import flowcontrol, hostconfig, shaping
 from fabric.host.tcgate import CLOSED_BYTES_PER_S, Gate, GateError, ack_error
 from fabric.model.flowcontrol import (FlowControl, FlowControlError, leaf_limits,
-                                      lossless_lanes, mmu_bytes, watchdog_packets)
+                                      lossless_lanes, mmu_bytes, spare_headroom_pkts,
+                                      watchdog_packets)
 from fabric.model.lanes import THREE_LANES, LaneConfigError, lane_config_from_dict
 
 
@@ -168,3 +169,43 @@ def test_a_run_s_rows_are_the_links_that_paused_held_or_dropped():
     assert row == {"link": f"{link.src}>{link.dst}", "lane": 0, "pauses": 2,
                    "pause_share": 0.25, "max_held_pkts": 10.0, "drops": 0,
                    "watchdog_trips": 0, "reaction_mean_ms": 1.5, "reaction_max_ms": 2.0}
+
+
+def test_a_pause_s_lateness_is_counted_in_packet_times_of_its_link_from_the_run_on():
+    graph = topologies.build("leaf-spine,leaves=2,spines=2,hosts_per_leaf=2")
+    config = flowcontrol.daemon_config(
+        graph, {ep: 100 + i for i, ep in enumerate(("l0h0", "l0h1", "l1h0", "l1h1"))},
+        {frozenset(e): 6.0 for e in graph.edges}, FlowControl(), THREE_LANES, 64, 4154,
+        "obj.o", "events.csv")
+    first, second = config["links"][:2]
+    packet_ns = 4154 * 8 / 6e6 * 1e9
+    modelled = first["reaction_ns"]
+
+    def event(ns: int, link: dict, what: str, reaction: float | None) -> dict[str, str]:
+        return {"ns": str(ns), "link": str(link["id"]), "lane": "0", "event": what,
+                "held_bytes": "9000", "reaction_ns": "" if reaction is None else str(
+                    int(reaction))}
+
+    events = [event(10, first, "pause", modelled + 9 * packet_ns),  # before the run
+              event(200, first, "pause", modelled + 0.5 * packet_ns),
+              event(300, first, "pause", modelled + 2.5 * packet_ns),
+              event(400, first, "resume", modelled + 7 * packet_ns),  # resumes do not count
+              event(500, second, "ignored", None),
+              event(600, second, "pause", modelled - 0.2 * packet_ns)]  # early: not late
+    late = flowcontrol.pause_lateness(events, config["links"], since_ns=100)
+    assert late == pytest.approx({(first["name"], 0): 2.5, (second["name"], 0): 0.0},
+                                 abs=1e-6)
+    assert flowcontrol.pause_lateness(events, config["links"], since_ns=10**9) == {}
+
+
+def test_only_drops_on_a_link_whose_pause_came_too_late_are_the_machine_s():
+    rows = [{"link": "s0>l0", "lane": 0, "drops": 4}, {"link": "s0>l0", "lane": 1, "drops": 2},
+            {"link": "l0h0>l0", "lane": 0, "drops": 9}]
+    late = {("s0>l0", 0): 2.5, ("s0>l0", 1): 2.0, ("l0h0>l0", 1): 7.0}
+    assert flowcontrol.drops_behind_late_pauses(rows, late, spare_pkts=2) == 4
+    assert flowcontrol.drops_behind_late_pauses(rows, late, spare_pkts=3) == 0
+
+
+def test_the_spare_headroom_is_what_the_reaction_and_frames_in_flight_leave():
+    assert spare_headroom_pkts(FlowControl()) == 2  # 8 - 3 - 3
+    assert spare_headroom_pkts(FlowControl(headroom_pkts=12, reaction_pkts=4)) == 5
