@@ -14,6 +14,14 @@ from fabric.experiment.crosscheck import crosscheck
 from fabric.simulation import build
 
 TOLERANCE = 0.05  # percentage points of line rate between the backends, per run
+# How far below its per-run ideal a cell may fall, on either backend. ECMP: 5 points, as
+# a floor only: swift is not max-min fair, and the mean flow rate of an unfair
+# share is higher (ECMP cells sit up to 13 points above the max-min ideal on both
+# backends, docs/guide/simulation.md). Spraying: 7, since the simulator's sprayed fat-tree
+# permutations are 5-6 points below it (store-and-forward paths hold swift's windows
+# back); the emulator's are 2-4 below.
+BELOW_IDEAL = {"ecmp": 0.05, "spray": 0.07, "adaptive": 0.07}
+ABOVE_IDEAL = 0.02  # nothing beats a perfectly even spray (ECMP is not bounded above)
 
 pytestmark = pytest.mark.skipif(not build.NS3_HEADER.exists(),
                                 reason="ns-3 not installed (scripts/setup.sh --ns3)")
@@ -39,3 +47,7 @@ def test_the_simulator_agrees_with_the_emulator_run_for_run(spec: str, policy: s
     assert all(c.simulated_ideal == pytest.approx(c.emulated_ideal, abs=1e-3)
                for c in cells), table
     assert all(abs(c.difference) <= TOLERANCE for c in cells), table
+    for measured, ideal in [(c.emulated, c.emulated_ideal) for c in cells] + \
+            [(c.simulated, c.simulated_ideal) for c in cells]:
+        assert measured >= ideal - BELOW_IDEAL[policy], table
+        assert policy == "ecmp" or measured <= ideal + ABOVE_IDEAL, table
