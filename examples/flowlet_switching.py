@@ -4,7 +4,8 @@ A flowlet is a burst of one flow's packets. Once a flow has been idle for
 longer than the delay difference between its paths, its next packet can take
 another path without overtaking the packets already on their way (FLARE,
 CONGA, LetFlow). This app gives every new flowlet the next hop that carries
-the fewest live flowlets at that switch, and lets the switch say when a
+the fewest live flowlets at that switch (an acknowledgement flow's weighing
+little: it counts by its first packet's size), and lets the switch say when a
 flowlet ends.
 
 How it maps onto OpenFlow 1.3 and Open vSwitch:
@@ -69,8 +70,11 @@ FlowKey = tuple[str, str, int, int, int]  # ipv4 src, dst, protocol, L4 src, L4 
 
 
 class FlowletChooser:
-    """Which port a new flowlet takes: the one with the fewest live flowlets.
+    """Which port a new flowlet takes: the one with the least live flowlet weight.
 
+    A flowlet weighs its first packet's size against a full-size packet (at most
+    1), so a flow of acknowledgements, which crosses the same uplinks the other
+    way, counts for a few per cent of a flow of data, not as one more flow.
     Ties go to a hash of the flow (the same flow, the same choice), so that
     switches do not all pile onto their lowest port. One instance keeps the
     flowlets of every switch, by datapath id.
@@ -78,10 +82,13 @@ class FlowletChooser:
 
     def __init__(self) -> None:
         self.port_of: dict[tuple[int, FlowKey], int] = {}
+        self.weight_of: dict[tuple[int, FlowKey], float] = {}
         self.live: dict[int, Counter] = defaultdict(Counter)
 
-    def choose(self, dpid: int, key: FlowKey, candidates: list[int]) -> int:
-        """The port of ``key``'s flowlet at switch ``dpid``; a new one if it has none.
+    def choose(self, dpid: int, key: FlowKey, candidates: list[int], weight: float = 1.0
+               ) -> int:
+        """The port of ``key``'s flowlet at switch ``dpid``; a new one, of ``weight``,
+        if it has none.
 
         A flow whose flowlet is still live keeps its port (its next packets
         may reach the controller before the switch has the entry).
@@ -92,11 +99,12 @@ class FlowletChooser:
         if current is not None:
             self.end(dpid, key, current)
         live = self.live[dpid]
-        fewest = min(live[p] for p in candidates)
-        ties = sorted(p for p in candidates if live[p] == fewest)
+        least = min(live[p] for p in candidates)
+        ties = sorted(p for p in candidates if live[p] == least)
         port = ties[zlib.crc32(repr(key).encode()) % len(ties)]
         self.port_of[(dpid, key)] = port
-        live[port] += 1
+        self.weight_of[(dpid, key)] = weight
+        live[port] += weight
         return port
 
     def end(self, dpid: int, key: FlowKey, port: int) -> bool:
@@ -104,7 +112,7 @@ class FlowletChooser:
         if self.port_of.get((dpid, key)) != port:
             return False
         del self.port_of[(dpid, key)]
-        self.live[dpid][port] -= 1
+        self.live[dpid][port] -= self.weight_of.pop((dpid, key))
         return True
 
 
@@ -185,7 +193,8 @@ class FlowletSwitching(app_manager.OSKenApp):
         if l4 is not None:
             name = "udp" if isinstance(l4, udp.udp) else "tcp"
             fields.update({f"{name}_src": l4.src_port, f"{name}_dst": l4.dst_port})
-        port = self.chooser.choose(dp.id, flow_key(fields), candidates)
+        weight = min(1.0, len(msg.data) / FULL_PACKET_BYTES)  # an ACK's flowlet weighs little
+        port = self.chooser.choose(dp.id, flow_key(fields), candidates, weight)
         self._flow(dp, PRIORITY_FLOWLET, parser.OFPMatch(**fields),
                    [parser.OFPActionOutput(port)], idle_timeout=self.gap_s,
                    flags=ofp.OFPFF_SEND_FLOW_REM, cookie=COOKIE_BASE | port)
