@@ -4,9 +4,9 @@ A flowlet is a burst of one flow's packets. Once a flow has been idle for
 longer than the delay difference between its paths, its next packet can take
 another path without overtaking the packets already on their way (FLARE,
 CONGA, LetFlow). This app gives every new flowlet the next hop that carries
-the fewest live flowlets at that switch (an acknowledgement flow's weighing
-little: it counts by its first packet's size), and lets the switch say when a
-flowlet ends.
+the fewest live flowlets at that switch (each weighed by its first packet's
+size, so that a flow of acknowledgements counts for little), and lets the
+switch say when a flowlet ends.
 
 How it maps onto OpenFlow 1.3 and Open vSwitch:
 

@@ -283,9 +283,9 @@ def lane_drops(tc_stats: str, lanes: list[int]) -> dict[tuple[str, int], int]:
 
 def pause_lateness(events: Iterable[Mapping[str, str]], links: Iterable[Mapping[str, Any]],
                    since_ns: int) -> dict[tuple[str, int], float]:
-    """(link name, lane) -> how much later than modelled its latest-coming pause since
-    ``since_ns`` took effect, in packet times of the link (pure). ``events`` are rows
-    of the daemon's events CSV, ``links`` the daemon config's links. A pause the
+    """(link name, lane) -> the most any of its pauses since ``since_ns`` took effect
+    after the modelled reaction, in packet times of the link (0: none late; pure).
+    ``events`` are rows of the daemon's events CSV, ``links`` the daemon config's links. A pause the
     daemon itself applied late (the machine did not run it in time) lets more than
     the headroom assumes into the switch: the drops at a full headroom that follow
     are the emulator's load, not the fabric's."""

@@ -507,9 +507,9 @@ class Emulation:
         return lossless_lanes(self.options.lanes) if self.options.flow_control else []
 
     def pause_lateness(self, since_ns: int) -> dict[tuple[str, int], float]:
-        """(link name, lane) -> how much later than modelled the latest-coming pause since
-        ``since_ns`` (``time.monotonic_ns``) took effect, in packet times of its link
-        (:func:`flowcontrol.pause_lateness`; empty without flow control)."""
+        """(link name, lane) -> the most any of its pauses since ``since_ns``
+        (``time.monotonic_ns``) took effect after the modelled reaction, in packet times
+        of its link (:func:`flowcontrol.pause_lateness`; empty without flow control)."""
         if self._pfc is None or self.workdir is None:
             return {}
         with open(self.workdir / "pfc-events.csv", newline="") as handle:
