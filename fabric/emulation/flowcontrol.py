@@ -285,10 +285,10 @@ def pause_lateness(events: Iterable[Mapping[str, str]], links: Iterable[Mapping[
                    since_ns: int) -> dict[tuple[str, int], float]:
     """(link name, lane) -> the most any of its pauses since ``since_ns`` took effect
     after the modelled reaction, in packet times of the link (0: none late; pure).
-    ``events`` are rows of the daemon's events CSV, ``links`` the daemon config's links. A pause the
-    daemon itself applied late (the machine did not run it in time) lets more than
-    the headroom assumes into the switch: the drops at a full headroom that follow
-    are the emulator's load, not the fabric's."""
+    ``events`` are rows of the daemon's events CSV, ``links`` the daemon config's
+    links. A pause the daemon itself applied late (the machine did not run it in
+    time) lets more into the switch than the headroom assumes: the drops at a full
+    headroom that follow are the emulator's load, not the fabric's."""
     by_id = {int(link["id"]): link for link in links}
     late: dict[tuple[str, int], float] = {}
     for row in events:
