@@ -142,7 +142,7 @@ def pattern_summary(result: Any, spec: PatternSpec, participants: list[str],
 
 
 def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset, float],
-                spray: bool) -> dict[str, ideal.IdealSpan] | None:
+                spray: bool, achieved_split: bool = False) -> dict[str, ideal.IdealSpan] | None:
     """What a perfect transport would have done with this run's transfers.
 
     Per-flow routing (``spray`` False) keeps each transfer on the path the run
@@ -150,7 +150,8 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     their source ports in turn (``entropy="packet"``) in the proportions the
     switches' hashes really gave (per-link byte counts), so the hash's
     unevenness belongs to the ideal; senders that steer (``"recycle"``) evenly,
-    since how well they balance is their own doing. Independent
+    since how well they balance is their own doing (``achieved_split`` holds them, too,
+    to the split they got: what their transport made of it). Independent
     transfers start when they really started; dependent ones (``after``,
     ``after_start``, with their ``delay_s``) the instant the model allows, not
     when they really started (that would hand the ideal every real step's delay).
@@ -162,7 +163,8 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     spec = result.plan.transport
     overhead = ideal.transport_overhead(spec.kind, spec.mtu_payload)
     rows = {r["id"]: r for r in result.transfer_rows()}
-    link_bytes = result.links.totals() if spray and spec.entropy == "packet" else None
+    measured_split = spray and (spec.entropy == "packet" or achieved_split)
+    link_bytes = result.links.totals() if measured_split else None
     fluid = []
     for t in result.plan.transfers:
         path = rows[t.id].get("path")
