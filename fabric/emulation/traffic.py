@@ -442,8 +442,8 @@ def lossless_watch(emu: Emulation, plan: Plan) -> Iterator[LosslessWatch]:
     worst = max(late.values(), default=0.0)
     watch.checks.append(fidelity.Check(
         "late_pause_drops", behind_late, 0, behind_late == 0,
-        f"the latest pause came {worst:.2f} packet times after the modelled reaction; the "
-        f"headroom leaves {spare:g} spare"))
+        f"pauses took effect up to {worst:.2f} packet times after the modelled reaction; "
+        f"the headroom leaves {spare:g} spare"))
     running = emu.flow_control_running()
     watch.checks.append(fidelity.Check("flow_control_daemon", float(running), 1.0, running,
                                        "serving" if running else "it exited: see pfc.log"))
