@@ -44,8 +44,9 @@ def ecmp_permutation(graph: nx.Graph, seed: int) -> list[ideal.FluidTransfer]:
             continue
         first, last = next(iter(graph.neighbors(src))), next(iter(graph.neighbors(dst)))
         path = [src, *rng.choice(list(nx.all_shortest_paths(core, first, last))), dst]
-        fluid.append(ideal.FluidTransfer(f"{src}>{dst}", FLOW_BYTES,
-                                         ideal.path_load(path, overhead)))
+        load = ideal.path_load(path, overhead)
+        fluid.append(ideal.FluidTransfer(f"{src}>{dst}", FLOW_BYTES, load,
+                                         acks=ideal.ack_load(load, overhead)))
     return fluid
 
 

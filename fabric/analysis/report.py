@@ -160,12 +160,47 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     order (``Transfer.connection``).
     None when a transfer's path (needed for per-flow routing) was not measured.
     """
+    routed = _routed(result, graph, spray, achieved_split)
+    if routed is None:
+        return None
+    spec = result.plan.transport
+    rows = {r["id"]: r for r in result.transfer_rows()}
+    fluid = []
+    for t in result.plan.transfers:
+        load, acks, path = routed[t.id]
+        modelled = t.after or t.after_start  # its start follows from the model
+        start = 0.0 if modelled else rows[t.id].get("send_start") or result.plan.start_at
+        latency = ideal.store_and_forward_s(
+            [link_mbps[frozenset(link)] for link in zip(path, path[1:])],
+            ideal.last_packet_bytes(spec.kind, spec.mtu_payload, t.bytes))
+        fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after, latency,
+                                         t.delay_s, t.connection, t.after_start, acks))
+    return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))
+
+
+def ideal_steady_rates(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset, float],
+                       spray: bool) -> dict[str, float] | None:
+    """Each transfer's max-min fair rate (Mbit/s of goodput) on the run's paths while
+    all of them run at once: the ideal of a steady-state rate (htsim's measure), routed
+    as :func:`ideal_spans` routes them. None when a path was not measured."""
+    routed = _routed(result, graph, spray, achieved_split=False)
+    if routed is None:
+        return None
+    return ideal.max_min_rates({fid: load for fid, (load, _, _) in routed.items()},
+                               ideal.link_capacity(graph, link_mbps),
+                               {fid: acks for fid, (_, acks, _) in routed.items()})
+
+
+def _routed(result: TrafficResult, graph: Any, spray: bool, achieved_split: bool
+            ) -> dict[str, tuple[dict, dict, list[str]]] | None:
+    """Transfer id -> its data load, its ACKs' load and a node path (the one measured,
+    or a shortest one for a spray), as :func:`ideal_spans` describes them."""
     spec = result.plan.transport
     overhead = ideal.transport_overhead(spec.kind, spec.mtu_payload)
     rows = {r["id"]: r for r in result.transfer_rows()}
     measured_split = spray and (spec.entropy == "packet" or achieved_split)
     link_bytes = result.links.totals() if measured_split else None
-    fluid = []
+    routed = {}
     for t in result.plan.transfers:
         path = rows[t.id].get("path")
         if spray:
@@ -175,11 +210,5 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
             load = ideal.path_load(path, overhead)
         else:
             return None
-        modelled = t.after or t.after_start  # its start follows from the model
-        start = 0.0 if modelled else rows[t.id].get("send_start") or result.plan.start_at
-        latency = ideal.store_and_forward_s(
-            [link_mbps[frozenset(link)] for link in zip(path, path[1:])],
-            ideal.last_packet_bytes(spec.kind, spec.mtu_payload, t.bytes))
-        fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after, latency,
-                                         t.delay_s, t.connection, t.after_start))
-    return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))
+        routed[t.id] = (load, ideal.ack_load(load, overhead), path)
+    return routed

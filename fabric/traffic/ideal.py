@@ -11,7 +11,11 @@ other, as a queue pair sends its messages: they do not share its rate.
 A transfer loads each directed link it crosses in proportion to its goodput:
 ``wire / payload`` on the links of its data (headers included) and
 ``ack / payload`` on the reverse links (its acknowledgements), so the header
-ceiling and the ACK share of a link are part of the ideal. Per-flow ECMP puts
+ceiling and the ACK share of a link are part of the ideal. A flow's rate is
+limited by the links its data crosses; its ACKs take their share of the links
+they cross but never freeze it there (a queue delays an ACK, it does not set
+its flow's rate), so the ACKs' capacity is set aside before the data is shared
+out. Per-flow ECMP puts
 all of a transfer on one observed path; a sprayed transfer splits at every
 switch over its next hops towards the destination, evenly (a perfect spray)
 or in the proportions the switch's hash really gave them in the run.
@@ -32,6 +36,7 @@ from fabric.traffic.model import DEFAULT_ROCE_MTU, ROCE_PACKET_OVERHEAD, TCP_SEG
 
 Link = tuple[str, str]
 _EPS = 1e-12
+ACK_ROUNDS = 50  # of max_min_rates: the ACKs' share, well under 1 %, settles in a few
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,8 @@ class FluidTransfer:
     """One transfer of the fluid model.
 
     ``load`` maps each directed link to the capacity one unit of this
-    transfer's goodput uses on it; ``start`` is the earliest start (a root's
+    transfer's goodput uses on it with its data, ``acks`` with its
+    acknowledgements (:func:`ack_load`); ``start`` is the earliest start (a root's
     measured start); ``after`` the transfers it waits for; ``latency`` the
     seconds its last packet still travels once the fluid has finished
     (:func:`store_and_forward_s`): its end, and its dependents' start, come
@@ -72,16 +78,19 @@ class FluidTransfer:
     queue: Hashable = None  # its connection: one transfer of a queue is sent at a time
     # (id, seconds): not before that long after the transfer ``id`` became ready
     after_start: tuple[str, float] | None = None
+    acks: Mapping[Link, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Change:
     """From ``at`` on, the links run at ``capacity`` (every link; 0 for a link that
-    is down) and the transfers in ``loads`` take those loads (a failure, a repair)."""
+    is down) and the transfers in ``loads`` take those data loads, and those in
+    ``acks`` those ACK loads (a failure, a repair)."""
 
     at: float
     capacity: Mapping[Link, float]
     loads: Mapping[str, Mapping[Link, float]] = field(default_factory=dict)
+    acks: Mapping[str, Mapping[Link, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -98,7 +107,35 @@ class IdealSpan:
 
 
 def max_min_rates(loads: Mapping[str, Mapping[Link, float]],
-                  capacity: Mapping[Link, float]) -> dict[str, float]:
+                  capacity: Mapping[Link, float],
+                  acks: Mapping[str, Mapping[Link, float]] | None = None) -> dict[str, float]:
+    """Max-min fair rates of the flows' data, their ACKs' capacity set aside.
+
+    ``acks`` (flow id -> {link: capacity per unit of its rate}) take capacity in
+    proportion to their flows' rates but never limit them: the data is shared
+    out by :func:`data_max_min_rates` on what the ACKs leave, and again with the
+    ACKs of those rates, until the rates settle (each round changes them by the
+    ACKs' share of the last change, well under 1 %).
+    """
+    rates = data_max_min_rates(loads, capacity)
+    if not acks:
+        return rates
+    for _ in range(ACK_ROUNDS):
+        reserved: dict[Link, float] = defaultdict(float)
+        for fid, load in acks.items():
+            if fid in rates and not math.isinf(rates[fid]):
+                for link, share in load.items():
+                    reserved[link] += share * rates[fid]
+        left = {link: max(0.0, cap - reserved.get(link, 0.0)) for link, cap in capacity.items()}
+        settled, rates = rates, data_max_min_rates(loads, left)
+        if all(math.isinf(r) or abs(r - settled[f]) <= 1e-12 * max(1.0, r)
+               for f, r in rates.items()):
+            break
+    return rates
+
+
+def data_max_min_rates(loads: Mapping[str, Mapping[Link, float]],
+                       capacity: Mapping[Link, float]) -> dict[str, float]:
     """Max-min fair rates by progressive filling.
 
     Every unfrozen flow's rate grows alike until a link fills; the flows on it
@@ -255,6 +292,7 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
     ready_at = readiness.ready_at
     remaining = {t.id: t.bytes * bits_per_unit for t in transfers}
     load = {t.id: t.load for t in transfers}
+    acks = {t.id: t.acks for t in transfers}
     pending = sorted(changes, key=lambda c: c.at)
     spans: dict[str, IdealSpan] = {}
     active: set[str] = set()
@@ -265,12 +303,14 @@ def simulate(transfers: Sequence[FluidTransfer], capacity: Mapping[Link, float],
             change = pending.pop(0)
             capacity = change.capacity
             load.update(change.loads)
+            acks.update(change.acks)
         while any(at <= now + _EPS for at in ready_at.values()):
             for fid in [f for f, at in ready_at.items() if at <= now + _EPS]:
                 del ready_at[fid]
                 readiness.started(fid, now)  # may make others ready now
                 queues.begin(fid, now)
-        rates = max_min_rates({f: load[f] for f in active}, capacity)
+        rates = max_min_rates({f: load[f] for f in active}, capacity,
+                              {f: acks[f] for f in active if acks[f]})
         finish = [(remaining[f] / rates[f] if rates[f] > 0 else math.inf, f) for f in active]
         next_finish = min((dt for dt, _ in finish), default=math.inf)
         next_start = min(ready_at.values(), default=math.inf) - now
@@ -320,18 +360,27 @@ def shortest_path(graph: nx.Graph, src: str, dst: str) -> list[str]:
 
 
 def path_load(path: Sequence[str], overhead: Overhead) -> dict[Link, float]:
-    """Load of a transfer that takes one node path (per-flow ECMP)."""
+    """Data load of a transfer that takes one node path (per-flow ECMP)."""
     load: dict[Link, float] = defaultdict(float)
     for a, b in zip(path, path[1:]):
         load[(a, b)] += overhead.data
-        if overhead.ack:
-            load[(b, a)] += overhead.ack
     return dict(load)
+
+
+def ack_load(load: Mapping[Link, float], overhead: Overhead) -> dict[Link, float]:
+    """Load of the ACKs of a transfer whose data loads ``load``: the reverse links, in
+    the same proportions."""
+    if not overhead.ack:
+        return {}
+    acks: dict[Link, float] = defaultdict(float)
+    for (a, b), value in load.items():
+        acks[(b, a)] += value / overhead.data * overhead.ack
+    return dict(acks)
 
 
 def spray_load(graph: nx.Graph, src: str, dst: str, overhead: Overhead,
                link_bytes: Mapping[Link, float] | None = None) -> dict[Link, float]:
-    """Load of a transfer sprayed at every switch over its shortest next hops.
+    """Data load of a transfer sprayed at every switch over its shortest next hops.
 
     The split at a switch is even, or, given ``link_bytes`` (bytes each directed
     link carried in the run), in proportion to what the switch really sent on
@@ -339,7 +388,7 @@ def spray_load(graph: nx.Graph, src: str, dst: str, overhead: Overhead,
     ideal of a sprayed run is taken on the paths as they were used. Endpoints
     never carry transit traffic; a multi-homed endpoint sends from, and is
     reached on, its NIC nearest the other end (as the traffic runner addresses
-    it). ACKs take the reverse links in the same proportions.
+    it). Its ACKs take the reverse links in the same proportions (:func:`ack_load`).
     """
     core = graph.subgraph(fg.switches(graph))
     first = _attachment_nearest(graph, core, src, dst)
@@ -365,15 +414,12 @@ def spray_load(graph: nx.Graph, src: str, dst: str, overhead: Overhead,
             part = frac * weight / sum(weights)
             share[n] += part
             load[(sw, n)] += overhead.data * part
-    if overhead.ack:
-        for (a, b), value in list(load.items()):
-            load[(b, a)] += value / overhead.data * overhead.ack
     return dict(load)
 
 
 def weighted_multipath_load(graph: nx.Graph, src: str, dst: str, overhead: Overhead,
                             capacity: Mapping[Link, float]) -> dict[Link, float]:
-    """Load of a transfer spread over its live shortest paths in proportion to each
+    """Data load of a transfer spread over its live shortest paths in proportion to each
     path's bottleneck capacity (weighted multipath, as WCMP would route it).
 
     What a router that knows every link's rate makes of a fabric with failed
@@ -403,8 +449,6 @@ def weighted_multipath_load(graph: nx.Graph, src: str, dst: str, overhead: Overh
         share = weight / sum(weights)
         for a, b in zip(path, path[1:]):
             load[(a, b)] += overhead.data * share
-            if overhead.ack:
-                load[(b, a)] += overhead.ack * share
     return dict(load)
 
 

@@ -12,8 +12,8 @@ from fabric.analysis.report import ideal_spans
 from fabric.emulation.linkstats import LinkSeries
 from fabric.emulation.traffic import TrafficResult
 from fabric.traffic.ideal import (ROCE_DATA_OVERHEAD, Change, FluidTransfer, Overhead,
-                                  last_packet_bytes, link_capacity, max_min_rates, path_load,
-                                  shortest_path, simulate, spray_load, store_and_forward_s,
+                                  ack_load, last_packet_bytes, link_capacity, max_min_rates,
+                                  path_load, shortest_path, simulate, spray_load, store_and_forward_s,
                                   transport_overhead, weighted_multipath_load)
 from fabric.traffic.model import Plan, Transfer, TransportSpec
 
@@ -119,13 +119,29 @@ def test_max_min_rates_are_feasible_and_every_flow_has_a_bottleneck(seed):
 def test_headers_and_acks_take_their_share():
     over = Overhead(data=1.1, ack=0.05)
     load = path_load(["h0", "s", "h1"], over)
-    assert load == pytest.approx({("h0", "s"): 1.1, ("s", "h1"): 1.1, ("s", "h0"): 0.05,
-                                  ("h1", "s"): 0.05})
+    assert load == pytest.approx({("h0", "s"): 1.1, ("s", "h1"): 1.1})
+    assert ack_load(load, over) == pytest.approx({("s", "h0"): 0.05, ("h1", "s"): 0.05})
     # h1 sends back to h0 while h0 sends to h1: each link carries data and ACKs
     back = path_load(["h1", "s", "h0"], over)
-    cap = {link: 11.5 for link in load}
-    rates = max_min_rates({"fwd": load, "back": back}, cap)
+    cap = {link: 11.5 for link in [*load, *back]}
+    rates = max_min_rates({"fwd": load, "back": back}, cap,
+                          {"fwd": ack_load(load, over), "back": ack_load(back, over)})
     assert rates["fwd"] == pytest.approx(11.5 / 1.15)
+
+
+def test_a_flow_is_not_held_back_where_only_its_acks_go():
+    # "slow" shares link (x, y) with two others; "fast"'s ACKs cross that link. Its data
+    # has a link of its own, so it runs at that link's rate less nothing: its ACKs take
+    # their share of (x, y), and the two data flows there share what is left
+    over = Overhead(data=1.0, ack=0.01)
+    loads = {"a": {("x", "y"): 1.0}, "b": {("x", "y"): 1.0}, "fast": {("y", "x"): 1.0}}
+    cap = {("x", "y"): 10.0, ("y", "x"): 100.0}
+    acks = {fid: ack_load(load, over) for fid, load in loads.items()}
+    rates = max_min_rates(loads, cap, acks)
+    # fast = 100 - 0.01 (a + b) and a + b = 10 - 0.01 fast
+    assert rates["fast"] == pytest.approx(99.9 / 0.9999, rel=1e-9)
+    assert rates["a"] == rates["b"] == pytest.approx((10.0 - 0.01 * rates["fast"]) / 2,
+                                                     rel=1e-9)
 
 
 def test_packet_overhead():
@@ -214,7 +230,8 @@ def test_weighted_multipath_avoids_a_failed_link_and_weights_a_slow_one():
     # paths via s1 (bottleneck 3), s2 and s3 (12): shares 3/27, 12/27, 12/27
     assert ("l0", "s0") not in load and ("s0", "l1") not in load
     assert load[("l0", "s1")] == pytest.approx(3 / 27) and load[("s2", "l1")] == pytest.approx(12 / 27)
-    assert load[("l1", "s1")] == pytest.approx(0.5 * 3 / 27)  # its ACKs come back that way
+    # its ACKs come back that way
+    assert ack_load(load, Overhead(1.0, 0.5))[("l1", "s1")] == pytest.approx(0.5 * 3 / 27)
     assert load[("l1", "l1h1")] == pytest.approx(1.0)
 
 
