@@ -178,6 +178,9 @@ class Agent:
     def arm(self, start_at: float) -> None:
         """Schedule the start (wall clock ``start_at``) and the deadline after it."""
         self.start_at = start_at
+        if self.plan.window and isinstance(self.engine, RoceEngine):
+            self.engine.count_window(start_at + self.plan.window[0],
+                                     start_at + self.plan.window[1])
         offset = time.monotonic() - time.time()
         self.loop.call_at(start_at + offset, self._kick)
         self.loop.call_at(start_at + self.plan.deadline_s + offset, self._deadline)

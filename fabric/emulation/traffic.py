@@ -109,8 +109,10 @@ class TrafficResult:
 
 
 def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSpec,
-               deadline_s: float = 120.0, port_seed: int = 0) -> Plan:
-    """A plan with the fabric's addresses, starting a little from now.
+               deadline_s: float = 120.0, port_seed: int = 0,
+               window: tuple[float, float] | None = None) -> Plan:
+    """A plan with the fabric's addresses, starting a little from now (``window``: see
+    :attr:`Plan.window`).
 
     Raises
     ------
@@ -138,7 +140,7 @@ def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSp
     transfers = [t if t.hops else replace(t, hops=fg.path_links(graph, t.src, t.dst))
                  for t in transfers]
     return Plan(list(transfers), hosts, transport, time.time() + START_LEAD_S, deadline_s,
-                port_seed)
+                port_seed, window)
 
 
 def flow_keys(plan: Plan) -> tuple[list[FlowKey], dict[str, int]]:

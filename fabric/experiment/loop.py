@@ -64,7 +64,9 @@ class Scheduled:
     (e.g. a per-route RTO); ``during`` is entered with the fabric and the
     traffic's plan just before the agents start, and left when they have
     finished (e.g. failures injected on a timeline; read ``plan.start_at``
-    late: the runner may move it).
+    late: the runner may move it); ``window`` (seconds after the start) has
+    the receivers count each transfer's delivered bytes at its edges
+    (``recv_bytes_at_window_start``/``_end``), on either backend.
     """
 
     keys: dict[str, Any]
@@ -73,6 +75,7 @@ class Scheduled:
     context: Any = None
     prepare: Callable[[Emulation], None] | None = None
     during: Callable[[Emulation, Plan], AbstractContextManager] | None = None
+    window: tuple[float, float] | None = None
 
     @property
     def name(self) -> str:
@@ -254,8 +257,10 @@ def _attempt(emu: Emulation, run: Scheduled, transport: TransportSpec, workdir: 
     during = run.during
     if capture_spec is not None:
         during = _captured(capture_spec, capture_spec.run_dir(workdir), during)
+    extra = {**({"during": during} if during else {}),
+             **({"window": run.window} if run.window else {})}
     return traffic_run(emu, run.transfers, transport, workdir, run.seed,
-                       deadline_s=deadline_s, **({"during": during} if during else {}))
+                       deadline_s=deadline_s, **extra)
 
 
 def _captured(spec: CaptureSpec, out_dir: Path,
@@ -274,11 +279,12 @@ def _captured(spec: CaptureSpec, out_dir: Path,
 
 def traffic_run(emu: Emulation, transfers: list[Transfer], transport: TransportSpec,
                 workdir: Path, seed: int, deadline_s: float = 120.0,
-                during: Callable[[Emulation, Plan], AbstractContextManager] | None = None
-                ) -> TrafficResult:
+                during: Callable[[Emulation, Plan], AbstractContextManager] | None = None,
+                window: tuple[float, float] | None = None) -> TrafficResult:
     """Run one schedule on a running fabric (source ports seeded by ``seed``), inside
-    ``during(emu, plan)`` when given."""
-    plan = build_plan(emu, transfers, transport, deadline_s=deadline_s, port_seed=seed)
+    ``during(emu, plan)`` when given, counting delivered bytes at ``window``'s edges."""
+    plan = build_plan(emu, transfers, transport, deadline_s=deadline_s, port_seed=seed,
+                      window=window)
     with during(emu, plan) if during else nullcontext():
         return run_plan(emu, plan, workdir)
 

@@ -99,17 +99,6 @@ class SimResult:
         return sum(load.drops for load in self.links.values())
 
 
-def window_throughput(result: SimResult, window: tuple[float, float],
-                      host_mbps: float) -> float:
-    """Mean over transfers of the rate each delivered within ``window`` (the simulation's
-    ``window``), over ``host_mbps``: htsim's steady-state measure, fair only while every
-    transfer is still running through the window."""
-    seconds = window[1] - window[0]
-    rates = [(r["recv_bytes_at_window_end"] - r["recv_bytes_at_window_start"]) * 8
-             / seconds / (host_mbps * 1e6) for r in result.transfer_rows()]
-    return sum(rates) / len(rates)
-
-
 def ecmp_path(graph: nx.Graph, tables: dict[str, dict[str, tuple[int, ...]]], src: str,
               src_ip: str, dst_ip: str, sport: int, dport: int = ROCE_PORT) -> list[str]:
     """The nodes a UDP packet from ``src_ip:sport`` to ``dst_ip:dport`` crosses, each

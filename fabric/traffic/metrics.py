@@ -322,3 +322,26 @@ def round_times(results: Iterable[Mapping[str, Any]], rounds: Mapping[int, Seque
         out[k] = RoundTime(start, end, duration,
                            goodput_mbps(block_bytes, duration) if duration > 0 else None)
     return out
+
+
+def window_throughput(rows: Iterable[Mapping[str, Any]], window: tuple[float, float],
+                      host_mbps: float) -> float | None:
+    """Mean over transfers of the rate each delivered within ``window`` (seconds after
+    the start), over ``host_mbps``: htsim's steady-state measure, fair only while every
+    transfer is still running through the window.
+
+    ``rows`` are a run's transfer rows with the receivers' counts at the window's edges
+    (``recv_bytes_at_window_start``/``_end``, on either backend); None when a row has
+    none (the run counted no window, or a receiver never reported).
+    """
+    seconds = window[1] - window[0]
+    if not seconds > 0:
+        raise ValueError(f"a window must end after it starts, got {window}")
+    rates = []
+    for row in rows:
+        start, end = row.get("recv_bytes_at_window_start"), row.get("recv_bytes_at_window_end")
+        if start is None or end is None:
+            return None
+        rates.append((end - start) * 8 / seconds / (host_mbps * 1e6))
+    return sum(rates) / len(rates) if rates else None
+

@@ -130,6 +130,11 @@ class TransportSpec:
         return self.mtu_payload + ROCE_PACKET_OVERHEAD if self.kind == "roce" else TCP_PACKET_BYTES
 
     @property
+    def payload_bytes(self) -> int:
+        """Payload bytes of a full-size data packet: the path MTU, or TCP's segment."""
+        return self.mtu_payload if self.kind == "roce" else TCP_SEGMENT_BYTES
+
+    @property
     def sprays(self) -> bool:
         """True when the source port varies per packet (``packet`` or ``recycle``)."""
         return self.entropy in SPRAYING
@@ -166,13 +171,16 @@ class Plan:
     start_at: float = 0.0  # wall-clock time (all hosts share one clock); 0 starts at once
     deadline_s: float = 120.0  # after start_at; unfinished transfers are failures
     port_seed: int = 0  # seeds the source ports, hence the ECMP hash outcomes
+    # seconds after start_at between which the roce receivers count each transfer's
+    # delivered bytes (``bytes_at_window_start``/``_end``): a steady-state rate
+    window: tuple[float, float] | None = None
 
     def to_json(self) -> str:
         """Serialise for the agents."""
         return json.dumps({"transfers": [asdict(t) for t in self.transfers],
                            "hosts": self.hosts, "transport": asdict(self.transport),
                            "start_at": self.start_at, "deadline_s": self.deadline_s,
-                           "port_seed": self.port_seed})
+                           "port_seed": self.port_seed, "window": self.window})
 
     @staticmethod
     def from_json(text: str) -> "Plan":
@@ -182,9 +190,11 @@ class Plan:
                                  "after_start": _pair(t.get("after_start"))})
                      for t in data["transfers"]]
         hosts = {name: list(nics) for name, nics in data["hosts"].items()}
+        window = data.get("window")
         return Plan(transfers, hosts, TransportSpec(**data["transport"]),
                     float(data["start_at"]), float(data["deadline_s"]),
-                    int(data.get("port_seed", 0)))
+                    int(data.get("port_seed", 0)),
+                    None if window is None else (float(window[0]), float(window[1])))
 
     def save(self, path: Path) -> None:
         """Write the plan to ``path``."""

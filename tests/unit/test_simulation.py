@@ -18,7 +18,8 @@ import topologies
 from fabric.agent.roce import bth
 from fabric.routing.tables import route_tables
 from fabric.simulation import SimulatorMissing, build, simulate
-from fabric.simulation.run import ecmp_path, window_throughput
+from fabric.simulation.run import ecmp_path
+from fabric.traffic.metrics import window_throughput
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import ROCE_PORT, ScheduleError, Transfer, TransportSpec
 from fabric.traffic.workloads import pattern_transfers
@@ -43,7 +44,7 @@ def test_ecmp_packets_cross_exactly_the_links_the_select_hash_picks() -> None:
     """Every directed link's packet count is what the replayed hash predicts: the data
     on each transfer's path, its ACKs on the path of the reverse 5-tuple."""
     graph = topologies.build("fat-tree")
-    transfers, _, _ = pattern_transfers(graph, "permutation", 3, MBPS, seconds=0.3)
+    transfers, _, _ = pattern_transfers(graph, "permutation", 3, roce(), packets=90)
     result = simulate(Fabric(graph, host_mbps=MBPS), transfers, roce(), seed=3)
     tables = route_tables(graph)
     expected: Counter = Counter()
@@ -125,7 +126,7 @@ def test_a_dependent_transfer_starts_its_delay_after_its_input_arrived() -> None
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_other_paths() -> None:
     graph = topologies.build("fat-tree")
-    transfers, _, _ = pattern_transfers(graph, "stride", 0, MBPS, seconds=0.2)
+    transfers, _, _ = pattern_transfers(graph, "stride", 0, roce(), packets=60)
     fabric = Fabric(graph, host_mbps=MBPS)
     one, two = (simulate(fabric, transfers, roce(), seed=5) for _ in range(2))
     assert one.transfer_rows() == two.transfer_rows()
@@ -197,7 +198,7 @@ def test_the_window_counts_what_a_flow_delivered_between_its_edges() -> None:
     t = Transfer("a", "p0e0h0", "p1e0h0", 300 * MTU)
     result = simulate(Fabric(graph, host_mbps=MBPS), [t], roce(), window=(0.2, 0.6))
     # payload over wire bytes, within a packet's worth of the 0.4 s window
-    assert window_throughput(result, (0.2, 0.6), MBPS) == pytest.approx(
+    assert window_throughput(result.transfer_rows(), (0.2, 0.6), MBPS) == pytest.approx(
         MTU / (MTU + bth.DATA_OVERHEAD), abs=PACKET_S / 0.4)
 
 

@@ -311,6 +311,11 @@ class RoceEngine(Engine):
         self.connections: dict[tuple, _Connection] = {}
         # qpn -> (arrival, send) wall-clock pairs of newly delivered packets, flattened
         self.arrivals: dict[int, array] | None = {} if spec.timeline else None
+        # the steady-state window's edges still to pass (wall clock), and each receive
+        # QP's delivered bytes at the edges passed
+        self._marks: list[float] = []
+        self._next_mark = float("inf")
+        self._mark_bytes: list[dict[int, int]] = []
         self._allocate_buffers(spec.mtu_payload)
         self.unknown_qp = 0
         self.bad_packets = 0
@@ -604,9 +609,7 @@ class RoceEngine(Engine):
         for _ in range(256):
             try:
                 n, ancillary, _, addr = sock.recvmsg_into([rx], _ANCILLARY)
-            except BlockingIOError:
-                return
-            except OSError:
+            except OSError:  # BlockingIOError among them: nothing left to read
                 return
             if n < bth.BTH_LEN + bth.ICRC_LEN:
                 self.bad_packets += 1
@@ -621,6 +624,8 @@ class RoceEngine(Engine):
                 arrived_ns, ce = _arrival(ancillary, offset_ns)
                 now = arrived_ns / 1e9
                 wall = (arrived_ns + offset_ns) / 1e9
+                if wall >= self._next_mark:
+                    self._pass_mark()
                 if record.start is None:
                     record.start = wall
                 length = n - bth.BTH_LEN - bth.ICRC_LEN - ((flags >> 4) & 3)
@@ -657,6 +662,18 @@ class RoceEngine(Engine):
                     self.bad_packets += 1
             else:
                 self.bad_packets += 1
+
+    def count_window(self, start: float, end: float) -> None:
+        """Count every receive QP's delivered bytes when the wall clock passes ``start``
+        and ``end`` (its first packet that arrives later): a steady-state window."""
+        self._marks = sorted((start, end))
+        self._next_mark = self._marks[0]
+
+    def _pass_mark(self) -> None:
+        # every packet before this one arrived before the mark (to within a socket's batch)
+        self._mark_bytes.append({qpn: qp.bytes for qpn, (_, qp) in self.receivers.items()})
+        del self._marks[0]
+        self._next_mark = self._marks[0] if self._marks else float("inf")
 
     def _log_arrival(self, qpn: int, wall: float, owd_us: int) -> None:
         # all emulated hosts share one clock, so the sender's stamp is our time too
@@ -835,6 +852,12 @@ class RoceEngine(Engine):
             record.extra.update(qpn=qp.qpn, packets=qp.count, **qp.counters(),
                                 packets_sent=qp.acks_sent, retransmitted=0, lost_detected=0,
                                 cwnd_final=None)
+            if self._mark_bytes or self._marks:
+                # an edge no packet passed came after the QP's last byte: all of it
+                edges = [marks.get(qp.qpn, 0) for marks in self._mark_bytes]
+                edges += [qp.bytes] * len(self._marks)
+                record.extra.update(bytes_at_window_start=edges[0],
+                                    bytes_at_window_end=edges[1])
             if self.arrivals is not None:
                 flat = self.arrivals.get(qp.qpn, ())
                 record.extra["arrivals"] = [[round(flat[i], 4), round(flat[i + 1], 4)]
