@@ -9,6 +9,10 @@ mode, seeds and the machine's speed factor.
     python scripts/docs_results.py write   # redraw the figures, rewrite the tables
     python scripts/docs_results.py check   # exit 1 if a table or figure is stale
 
+``write`` refuses (exit 1, nothing drawn) while a results directory the pages show
+ran from a dirty tree (its commit ends in ``-dirty``); ``check`` names such
+directories without failing, so that shipped results can be replaced one by one.
+
 No root is needed: the figures are drawn by the experiments' own figure functions, as
 ``fabric plot`` draws them.
 """
@@ -105,6 +109,13 @@ def missing_results() -> list[str]:
     return sorted(n for n in named if not (RESULTS / n / "summary.json").exists())
 
 
+def dirty_results() -> list[str]:
+    """Results directories the pages show whose run came from a tree with uncommitted
+    changes: no one can check out the code that made them."""
+    return sorted(name for name in set(wanted_figures()) - set(missing_results())
+                  if (provenance.read(RESULTS / name).commit or "").endswith("-dirty"))
+
+
 def _generated(match: re.Match) -> str:
     """A table block with its table, or left as it is when its results are missing."""
     if not (RESULTS / match.group(2) / "summary.json").exists():
@@ -165,7 +176,13 @@ def main(argv: list[str]) -> int:
     missing = missing_results()
     for name in missing:
         print(f"missing: docs/results/{name} (a run directory the pages show)", file=sys.stderr)
+    dirty = dirty_results()
+    for name in dirty:
+        print(f"dirty: docs/results/{name} ran from uncommitted changes; re-run it from a "
+              f"clean commit", file=sys.stderr)
     if argv == ["write"]:
+        if dirty:
+            return 1  # nothing drawn: a page must not show results no commit can reproduce
         for path in draw_figures():
             print(path.relative_to(ROOT))
         for page in rewrite_tables():

@@ -67,12 +67,14 @@ def git_commit() -> str:
 
 
 def write_manifest(run_dir: Path, experiment: str, parameters: dict[str, Any],
-                   seeds: list[int], fidelity: dict[str, Any]) -> Path:
-    """Write ``manifest.json``."""
+                   seeds: list[int], fidelity: dict[str, Any], commit: str | None = None
+                   ) -> Path:
+    """Write ``manifest.json``; ``commit`` is :func:`git_commit` as the run started (read
+    now when not given)."""
     manifest = {"experiment": experiment, "command": sys.argv, "parameters": parameters,
                 "seeds": seeds, "started": parameters.get("started"),
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions(),
-                "git_commit": git_commit(), "fidelity": fidelity}
+                "git_commit": commit or git_commit(), "fidelity": fidelity}
     path = run_dir / "manifest.json"
     path.write_text(json.dumps(manifest, indent=1, default=str))
     return path

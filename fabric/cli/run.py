@@ -180,6 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             speed = machine_speed()  # before anything runs: the probe wants an idle machine
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    commit = results.git_commit()  # the code that runs: read before, not after, the run
     made = not ctx.run_dir.exists()
     run_dir = results.new_run_dir(ctx.run_dir)
     try:
@@ -198,7 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                 "started": ctx.started,
                                                 "machine_speed": speed and speed.as_dict(),
                                                 **pcap},
-                           outcome.seeds, outcome.fidelity)
+                           outcome.seeds, outcome.fidelity, commit=commit)
     figures = experiment.plot(run_dir)
     print(format_table(args.name, outcome))
     print("\n".join(_context_lines(args, outcome.parameters, speed)))
