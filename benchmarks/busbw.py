@@ -3,8 +3,8 @@
 A ring all-reduce moves its buffer in 2(N-1) dependent steps: each waits for the
 previous step's last packet to cross the fabric. Small buffers are therefore
 latency-bound and large ones bandwidth-bound; nccl-tests users read busbw off the
-plateau. This prints, per buffer size (in seconds of the host link at line rate,
-the unit of ``fabric/traffic/workloads.py``'s ``BUFFER_S``), on one bring-up:
+plateau. This prints, per buffer size (in packets of the transport, the unit of
+``fabric/traffic/workloads.py``'s ``BUFFER_PACKETS``), on one bring-up:
 
 * busbw as a share of the host line rate, beside the per-run ideal (a perfect
   transport on the paths the run used, steps chained in the model) and the
@@ -22,15 +22,15 @@ the unit of ``fabric/traffic/workloads.py``'s ``BUFFER_S``), on one bring-up:
 * the fidelity verdict of the run.
 
 The one-flow patterns of ``collisions`` (stride, permutation) run the same way:
-the size is then each flow's length (the unit of its ``FLOW_S``) and the figure
+the size is then each flow's length (the unit of its ``FLOW_PACKETS``) and the figure
 its mean flow rate, so a sweep shows how much of a short flow is start-up and
 how evenly a sprayed flow's packets spread.
 
 Usage::
 
-    sudo .venv/bin/python benchmarks/busbw.py [SPEC] [--policy spray] [--sizes 0.75,1.5,3,6]
-    sudo .venv/bin/python benchmarks/busbw.py fat-tree --sizes 6 --chunks 1,2,4,8 --slots 8
-    sudo .venv/bin/python benchmarks/busbw.py fat-tree --pattern permutation --sizes 1.5,6
+    sudo .venv/bin/python benchmarks/busbw.py [SPEC] [--policy spray] [--sizes 250,500,1000,2000]
+    sudo .venv/bin/python benchmarks/busbw.py fat-tree --sizes 2000 --chunks 1,2,4,8 --slots 8
+    sudo .venv/bin/python benchmarks/busbw.py fat-tree --pattern permutation --sizes 500,2000
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from fabric.emulation.machine_speed import default_host_mbps
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.errors import UserError
 from fabric.model import graph as fg
-from fabric.traffic import collectives, ideal
+from fabric.traffic import collectives, ideal, sizing
 from fabric.traffic.model import CONGESTION_CONTROLS, SPRAY_ENTROPY_PORTS, TransportSpec
 from fabric.traffic.placement import rank_hosts
 from fabric.traffic.workloads import ONE_FLOW_PATTERNS, norm_throughput, pattern_transfers
@@ -69,22 +69,22 @@ def counts(text: str) -> list[int]:
     return [integer(1, 64)(part) for part in text.split(",")]
 
 
-def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
+def one_size(emu: Emulation, pattern: str, seed: int, packets: float,
              transport: TransportSpec, spray: bool, workdir: Path, chunks: int = 1,
              slots: int = 8) -> None:
-    """Run ``pattern`` with ``seconds`` of line rate per flow or rank, each collective step
+    """Run ``pattern`` with ``packets`` packets per flow or rank, each collective step
     split into ``chunks`` pieces with ``slots`` in flight per connection; print a line."""
     plan = emu.report.rate_plan
     if pattern in ONE_FLOW_PATTERNS:
-        transfers, ranks, size = pattern_transfers(emu.graph, pattern, seed, plan.host_mbps,
-                                                   seconds)
+        transfers, ranks, size = pattern_transfers(emu.graph, pattern, seed, transport,
+                                                   packets)
         nbytes = transfers[0].bytes
     else:
         ranks = rank_hosts(emu.graph, placement="random", seed=seed)
-        size = nbytes = int(plan.host_mbps * 1e6 / 8 * seconds)
+        size = nbytes = sizing.bytes_of(packets, transport)
         transfers = collectives.generate(pattern, ranks, size, chunks=chunks, slots=slots)
     result = run_plan(emu, build_plan(emu, transfers, transport),
-                      workdir / f"{pattern}-{seconds:g}-{chunks}")
+                      workdir / f"{pattern}-{packets:g}-{chunks}")
     rows = result.transfer_rows()
     spans = {r["id"]: (r["send_start"], r["recv_end"], r["bytes"]) for r in rows}
     measured = norm_throughput(pattern, spans, ranks, size, plan.host_mbps)
@@ -99,7 +99,7 @@ def one_size(emu: Emulation, pattern: str, seed: int, seconds: float,
     verdict = ("ok" if not failed and result.complete
                else f"FAILED ({', '.join(failed) or 'incomplete'})")
     unit = "per flow" if size is None else "per rank"
-    line = f"  {seconds:5g} s ({nbytes / 1e6:6.2f} MB {unit}"
+    line = f"  {packets:6g} packets ({nbytes / 1e6:6.2f} MB {unit}"
     line += f", {chunks} chunk(s) per step): " if size is not None else "): "
     if measured is None:
         print(line + f"did not finish, fidelity {verdict}")
@@ -213,9 +213,8 @@ def main() -> None:
     parser.add_argument("--pattern", choices=PATTERNS, default="ring-allreduce")
     parser.add_argument("--policy", choices=("ecmp", "spray", "adaptive"), default="spray")
     parser.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift")
-    parser.add_argument("--sizes", type=positive_sizes, default=[0.75, 1.5, 3.0, 6.0],
-                        help="buffer per rank (one-flow patterns: bytes per flow), in "
-                             "seconds of the host link at line rate")
+    parser.add_argument("--sizes", type=positive_sizes, default=[250, 500, 1000, 2000],
+                        help="buffer per rank (one-flow patterns: each flow), in packets")
     parser.add_argument("--chunks", type=counts, default=[1],
                         help="pieces per step, a comma-separated list to compare on one "
                              "bring-up: a rank forwards each piece as soon as it arrived "
@@ -247,9 +246,9 @@ def main() -> None:
         print(f"{args.spec}, {args.pattern}{steps}, {args.policy}, "
               f"{args.cc}, {plan.host_mbps:g} Mbit/s per host (a packet takes "
               f"{plan.packet_s * 1e3:.1f} ms):")
-        for seconds in args.sizes:
+        for packets in args.sizes:
             for chunks in args.chunks:
-                one_size(emu, args.pattern, args.seed, seconds, transport,
+                one_size(emu, args.pattern, args.seed, packets, transport,
                          args.policy != "ecmp", workdir, chunks, args.slots)
 
 

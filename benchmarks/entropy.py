@@ -77,7 +77,7 @@ def main() -> None:
             idle = idle_check(emu, transport, workdir / f"{mode}-{pool}-idle")
             busiest, measured, best, delay = [], [], [], []
             for seed in range(args.seeds):
-                transfers, ranks, size = pattern_transfers(graph, "stride", seed, plan.host_mbps)
+                transfers, ranks, size = pattern_transfers(graph, "stride", seed, transport)
                 result = traffic_run(emu, transfers, transport,
                                      workdir / f"{mode}-{pool}-{seed}", seed)
                 rows = result.transfer_rows()

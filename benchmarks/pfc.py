@@ -29,13 +29,13 @@ from fabric.errors import UserError
 from fabric.experiment.loop import traffic_run
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
-from fabric.traffic import storage
+from fabric.traffic import sizing, storage
 from fabric.traffic.model import TransportSpec
 from fabric.traffic.workloads import pattern_transfers
 
 DEFAULT_TOPO = "leaf-spine"
-READ_S = 1.0  # the incast's bytes, in seconds of the client's link at line rate
-PERMUTATION_S = 2.0
+READ_PACKETS = 1_000  # the incast's bytes, in packets of the client's link
+PERMUTATION_PACKETS = 2_000
 CLOCK_TICKS = 100  # /proc/<pid>/stat's unit (USER_HZ)
 
 
@@ -58,13 +58,14 @@ def reactions_ns(events_csv: Path, skip: int) -> tuple[list[int], int]:
             if r["event"] == "pause" and r["reaction_ns"]], len(rows)
 
 
-def workloads(graph: Any, host_mbps: float) -> dict[str, tuple[list, TransportSpec]]:
-    """The permutation and the incast, with their transports."""
-    perm, _, _ = pattern_transfers(graph, "permutation", 0, host_mbps, PERMUTATION_S)
+def workloads(graph: Any) -> dict[str, tuple[list, TransportSpec]]:
+    """The permutation and the incast (in packets: the same at every rate), with their
+    transports."""
+    swift, none = TransportSpec("roce", cc="swift"), TransportSpec("roce", cc="none")
+    perm, _, _ = pattern_transfers(graph, "permutation", 0, swift, PERMUTATION_PACKETS)
     ends = fg.endpoints(graph)
-    read = storage.striped_read(ends[0], ends[1:], int(host_mbps * 1e6 / 8 * READ_S), 1)
-    return {"permutation": (perm, TransportSpec("roce", cc="swift")),
-            "incast": (read, TransportSpec("roce", cc="none"))}
+    read = storage.striped_read(ends[0], ends[1:], sizing.bytes_of(READ_PACKETS, none), 1)
+    return {"permutation": (perm, swift), "incast": (read, none)}
 
 
 def measure(emu: Emulation, transfers: list, transport: TransportSpec, workdir: Path,
@@ -126,7 +127,7 @@ def main() -> int:
                 mbps = emu.report.rate_plan.host_mbps
                 packet_s = (packet_bytes + shaping.ETHERNET_HEADER_BYTES) * 8 / (mbps * 1e6)
                 skip = 0
-                for name, (transfers, transport) in workloads(graph, mbps).items():
+                for name, (transfers, transport) in workloads(graph).items():
                     rows = []
                     for i in range(args.repeat):
                         row, skip = measure(emu, transfers, transport,

@@ -6,9 +6,10 @@ cell: throughput over line rate on the emulator and in the simulator, each
 beside its per-run ideal, and their difference.
 
 ``scale`` (no root) simulates a random permutation under ECMP and spraying on
-fabrics of growing size at the graph's physical rates, flows of ``--flow-ms``
-of line rate, and prints the mean rate the flows delivered from 1 to 3 ms (as
-htsim measures: every flow still running) beside htsim's published figures, the
+fabrics of growing size at the graph's physical rates, flows of
+``--flow-packets`` packets (default 12,000: htsim's 4 ms at 100 Gbit/s), and
+prints the mean rate the flows delivered from 1/4 to 3/4 of a flow's line-rate
+time (as htsim measures: every flow still running) beside htsim's published figures, the
 mean rate by completion time (the collisions experiment's measure), simulated
 time, wall time, memory and packets simulated per second.
 
@@ -27,11 +28,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import topologies
-from fabric.argtypes import integer, positive_number
+from fabric.argtypes import integer
+from fabric.experiment.measures import steady_window
 from fabric.experiment.simulated import physical_host_mbps
 from fabric.simulation import simulate, simulator_binary
-from fabric.simulation.run import window_throughput
 from fabric.simulation.scenario import Fabric
+from fabric.traffic.metrics import window_throughput
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, TransportSpec
 from fabric.traffic.workloads import norm_throughput, pattern_transfers
 
@@ -39,7 +41,7 @@ from fabric.traffic.workloads import norm_throughput, pattern_transfers
 HTSIM = {"fat-tree,k=4": ("0.52", "0.93-0.98"), "fat-tree,k=8": ("0.45", "0.91-0.98"),
          "fat-tree,k=16": ("0.37-0.38", "0.91-0.96")}
 DEFAULT_SCALE = "fat-tree,k=4;fat-tree,k=8;fat-tree,k=16"
-WINDOW_S = (1e-3, 3e-3)  # htsim's measurement window
+HTSIM_PACKETS = 12_000  # htsim's flows: 4 ms of 4 KiB packets at 100 Gbit/s
 
 
 def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
@@ -60,16 +62,17 @@ def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
                       f"{c.valid}", flush=True)
 
 
-def scale_table(specs: list[str], flow_ms: float, seed: int) -> None:
+def scale_table(specs: list[str], flow_packets: int, seed: int) -> None:
     """Print a permutation's throughput and cost per fabric size and policy; the two
     policies of a fabric are simulated at once, one per core."""
-    print(f"{'topology':>16} {'hosts':>5} {'policy':>6} 1-3 ms  htsim      by FCT  "
+    print(f"{'topology':>16} {'hosts':>5} {'policy':>6} steady  htsim      by FCT  "
           f"simulated  wall     memory  packets/s  (both policies: wall s)")
     for spec in specs:
         graph = topologies.build(spec)
         mbps = physical_host_mbps(graph)
-        transfers, ranks, _ = pattern_transfers(graph, "permutation", seed, mbps,
-                                                flow_ms / 1e3)
+        roce = TransportSpec("roce", rate_mbps=mbps)
+        transfers, ranks, _ = pattern_transfers(graph, "permutation", seed, roce, flow_packets)
+        window = steady_window(flow_packets, roce, mbps)
         policies = (("ecmp", "flow"), ("spray", "recycle"))
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=len(policies)) as pool:
@@ -77,13 +80,13 @@ def scale_table(specs: list[str], flow_ms: float, seed: int) -> None:
                                    TransportSpec("roce", entropy=entropy,
                                                  entropy_ports=SPRAY_ENTROPY_PORTS,
                                                  rate_mbps=mbps),
-                                   seed=seed, deadline_s=1.0, window=WINDOW_S)
+                                   seed=seed, deadline_s=1.0, window=window)
                        for _, entropy in policies]
             results = [f.result() for f in futures]
         both = time.monotonic() - started
         for (policy, _), result in zip(policies, results):
             rows = result.transfer_rows()
-            steady = window_throughput(result, WINDOW_S, mbps)
+            steady = window_throughput(rows, window, mbps)
             value = norm_throughput("permutation", {r["id"]: (r["send_start"], r["recv_end"],
                                                               r["bytes"]) for r in rows},
                                     ranks, None, mbps)
@@ -106,9 +109,8 @@ def main() -> None:
     scale = sub.add_parser("scale", help="the simulator's cost and figures by fabric size")
     scale.add_argument("--topo", default=DEFAULT_SCALE,
                        help=f"topology specs separated by ';' (default: {DEFAULT_SCALE})")
-    scale.add_argument("--flow-ms", type=positive_number(), default=4.0,
-                       help="each flow's length in ms of line rate (default: 4, past the "
-                            "1-3 ms window)")
+    scale.add_argument("--flow-packets", type=integer(100, 1_000_000), default=HTSIM_PACKETS,
+                       help=f"each flow's packets (default: {HTSIM_PACKETS:,}, htsim's)")
     scale.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     specs = args.topo.split(";")
@@ -117,7 +119,7 @@ def main() -> None:
             crosscheck_table(specs, args.seeds, Path(tmp))
     else:
         simulator_binary()  # built once, before the policies start side by side
-        scale_table(specs, args.flow_ms, args.seed)
+        scale_table(specs, args.flow_packets, args.seed)
 
 
 if __name__ == "__main__":

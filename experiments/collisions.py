@@ -28,15 +28,17 @@ from fabric.emulation import Emulation, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import (Experiment, Measured, Mode, Option, RunContext, RunData, Runner,
                                Scheduled, simulated)
-from fabric.experiment.measures import as_float, transport_losses
+from fabric.experiment.measures import (as_float, steady_measures, steady_window,
+                                        transport_losses)
 from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
-from fabric.traffic.model import ENTROPY, SPRAY_ENTROPY_PORTS, ScheduleError
-from fabric.traffic.workloads import (BUFFER_S, FLOW_S, ONE_FLOW_PATTERNS, norm_throughput,
-                                      pattern_transfers)
+from fabric.traffic import sizing
+from fabric.traffic.model import ENTROPY, SPRAY_ENTROPY_PORTS, ScheduleError, TransportSpec
+from fabric.traffic.workloads import (BUFFER_PACKETS, FLOW_PACKETS, ONE_FLOW_PATTERNS,
+                                      norm_throughput, pattern_transfers)
 
 NAME = "collisions"
 QUESTION = "How much line rate does per-flow ECMP lose to collisions, vs spraying and adaptive?"
@@ -145,15 +147,19 @@ def _routing(ctx: RunContext, policy: str) -> tuple[str, dict[str, Any]]:
 
 
 def _schedules(graph: Any, spec: str, policy: str, cc: str, patterns: list[str],
-               seeds: list[int], host_mbps: float, time_scale: float) -> Iterator[Scheduled]:
+               seeds: list[int], transport: TransportSpec, host_mbps: float
+               ) -> Iterator[Scheduled]:
     for pattern in patterns:
-        seconds = (FLOW_S if pattern in ONE_FLOW_PATTERNS else BUFFER_S) * time_scale
+        # the one-flow patterns' steady state (htsim's measure); a collective has none
+        window = (steady_window(FLOW_PACKETS, transport, host_mbps)
+                  if pattern in ONE_FLOW_PATTERNS else None)
         for seed in seeds:
             # RDMA's service class, as RoCE deployments mark it: lossless under a preset
-            transfers, ranks, size = pattern_transfers(graph, pattern, seed, host_mbps,
-                                                       seconds, dscp=DSCP_COLLECTIVE)
+            transfers, ranks, size = pattern_transfers(graph, pattern, seed, transport,
+                                                       dscp=DSCP_COLLECTIVE)
             yield Scheduled({"topology": spec, "policy": policy, "pattern": pattern, "cc": cc,
-                             "seed": seed}, transfers, seed, (pattern, ranks, size))
+                             "seed": seed}, transfers, seed, (pattern, ranks, size),
+                            window=window)
 
 
 def _row_function(runner: Runner, emu: Emulation, spray: bool) -> Any:
@@ -178,8 +184,11 @@ def _row_function(runner: Runner, emu: Emulation, spray: bool) -> Any:
         ideal_span = (max(s.end for s in spans.values())
                       - min(s.start for s in spans.values())) if spans else None
         span = result_span(rows)
+        steady = steady_measures(result, graph, plan.link_mbps, spray, run.window,
+                                 plan.host_mbps) if run.window else {}
         return {"host_mbps": plan.host_mbps, "norm_throughput": _round(measured),
                 "ideal": _round(best),
+                "steady": steady.get("steady"), "steady_ideal": steady.get("steady_ideal"),
                 "efficiency": _round(measured / best if measured and best else None),
                 # the last byte's time: unlike a mean of flow rates, unfairness cannot beat
                 # the ideal here
@@ -203,12 +212,19 @@ def _bring_up(ctx: RunContext, runner: Runner, spec: str, graph: Any, policy: st
         for cc in sorted({cc for _, cc in grid}):
             transport = ctx.roce(entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS, cc=cc)
             patterns = [p for p, c in grid if c == cc]
-            runner.run(emu, _schedules(graph, spec, policy, cc, patterns, seeds, rate,
-                                       ctx.time_scale),
+            runner.run(emu, _schedules(graph, spec, policy, cc, patterns, seeds, transport,
+                                       rate),
                        transport, f"{spec}-{policy}-{rate:g}-{cc}", row_of)
 
 
 # --- theory and the summary's table -------------------------------------------------
+
+
+def _packets_per_host(pattern: str) -> float:
+    """Packets each host sends in one run of ``pattern`` (16 ranks for a collective)."""
+    if pattern in ONE_FLOW_PATTERNS:
+        return FLOW_PACKETS
+    return BUFFER_PACKETS * collectives.busbw_factor(pattern, 16)
 
 
 def top_tier_paths(graph: Any) -> int:
@@ -238,7 +254,7 @@ def table_of(rows: list[dict[str, Any]], paths: dict[str, int]) -> list[dict[str
         values = [r["norm_throughput"] for r in group if r["norm_throughput"] is not None]
 
         def mean(field: str, digits: int = 4) -> float | None:
-            got = [r[field] for r in group if r[field] is not None]
+            got = [r[field] for r in group if r.get(field) is not None]
             return round(statistics.fmean(got), digits) if got else None
 
         maxes = [r["max_flows_per_link"] for r in group if r["max_flows_per_link"] is not None]
@@ -248,7 +264,8 @@ def table_of(rows: list[dict[str, Any]], paths: dict[str, int]) -> list[dict[str
                       "norm_throughput_min": min(values, default=None),
                       "norm_throughput_max": max(values, default=None),
                       "theory": expected_throughput(policy, pattern, paths[topo]),
-                      "ideal": mean("ideal"), "efficiency": mean("efficiency"),
+                      "ideal": mean("ideal"), "steady": mean("steady"),
+                      "steady_ideal": mean("steady_ideal"), "efficiency": mean("efficiency"),
                       "span_efficiency": mean("span_efficiency"),
                       "anchor": ANCHORS.get(policy), "collisions": mean("collisions", 2),
                       "max_flows_per_link": max(maxes) if maxes else None,
@@ -452,7 +469,7 @@ class Collisions(Experiment):
             graph = topologies.build(spec)
             for pattern in ("stride",) if ctx.quick else PATTERNS:
                 if (len(fg.nodes_with_role(graph, "host")) < 2
-                        or not pattern_transfers(graph, pattern, 0, 1.0)[0]):
+                        or not pattern_transfers(graph, pattern, 0, ctx.roce())[0]):
                     raise ScheduleError(f"{NAME}: {spec} has no two compute hosts under "
                                         f"different leaves for the {pattern}")
 
@@ -471,16 +488,12 @@ class Collisions(Experiment):
                 graph = topologies.build(spec)
                 mbps = ctx.host_mbps or simulated.physical_host_mbps(graph)
                 for pattern, _ in runs:
-                    seconds = (FLOW_S if pattern in ONE_FLOW_PATTERNS
-                               else BUFFER_S * collectives.busbw_factor(pattern, 16))
-                    total += simulated.estimate_s(graph, mbps * RATE_SHARE[pattern],
-                                                  seconds * ctx.time_scale,
-                                                  ctx.roce().packet_bytes)
+                    total += simulated.estimate_s(graph, _packets_per_host(pattern))
             return total * len(self.seeds(ctx)) * len(run_policies(ctx))
         bring_ups = sum(len({RATE_SHARE[p] for p, _ in g}) for g in grid.values())
-        seconds = {p: 2 * (FLOW_S if p in ONE_FLOW_PATTERNS
-                           else BUFFER_S * collectives.busbw_factor(p, 16)) / RATE_SHARE[p]
-                   for p in PATTERNS}
+        mbps = ctx.host_mbps or default_host_mbps(self.graph(ctx))
+        seconds = {p: 2 * sizing.seconds_of(_packets_per_host(p), ctx.roce(),
+                                            mbps * RATE_SHARE[p]) for p in PATTERNS}
         per_policy = (bring_ups * BRINGUP_S
                       + sum(RUN_OVERHEAD_S + seconds[p] for g in grid.values() for p, _ in g)
                       * len(self.seeds(ctx)))
@@ -509,8 +522,9 @@ class Collisions(Experiment):
              "spray_entropy": ctx.get(SPRAY_ENTROPY), "transport": "roce",
              "cc": ctx.roce().cc, "roce_mtu": ctx.roce().mtu_payload,
              "host_mbps": ctx.host_mbps or ("physical" if runner.simulated else "auto"),
-             "rate_share": RATE_SHARE, "flow_s": FLOW_S * ctx.time_scale,
-             "buffer_s": BUFFER_S * ctx.time_scale, "backend": ctx.backend},
+             "rate_share": RATE_SHARE, "backend": ctx.backend,
+             "work": {"flow_packets": FLOW_PACKETS, "buffer_packets": BUFFER_PACKETS,
+                      "payload_bytes": ctx.roce().payload_bytes}},
             {"balls_into_bins_expectation": round(balls_into_bins_expected_utilisation(paths),
                                                   4)})
 
@@ -521,14 +535,16 @@ class Collisions(Experiment):
     def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
               ) -> list[str]:
         paths = top_tier_paths(self.graph(ctx))
-        backend = ([f"backend: ns-3 simulation, {measured.parameters['host_mbps']} rates, "
-                    f"flows of {measured.parameters['flow_s']:g} s; adaptive weights "
-                    f"from its telemetry, every 100 packet times or 0.1 s scaled as the "
-                    f"workloads are, whichever is longer"] if ctx.backend == "ns3"
-                   else [])
+        backend = ([f"backend: ns-3 simulation, {measured.parameters['host_mbps']} rates; "
+                    f"adaptive weights from its telemetry, every 100 packet times or 0.1 s "
+                    f"(0.1 ms at physical rates), whichever is longer"]
+                   if ctx.backend == "ns3" else [])
         return backend + [f"balls-into-bins expectation 1-(1-1/N)^N for N={paths} paths: "
                 f"{balls_into_bins_expected_utilisation(paths):.3f}",
                 f"spraying senders: {SPRAY_TEXT[ctx.get(SPRAY_ENTROPY)]}",
+                "steady: the one-flow patterns' mean rate from 1/4 to 3/4 of a flow's "
+                "line-rate time, while no flow can have finished (htsim's measure); "
+                "steady_ideal: their max-min fair rates on the run's paths",
                 "ideal: a perfect transport on the paths the run used (max-min fair fluid "
                 "model, headers, ACKs and store-and-forward latency included, steps chained "
                 "in the model; sprayed flows split as the switches' hash split them, or evenly "

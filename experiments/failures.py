@@ -58,8 +58,8 @@ from fabric.experiment.measures import as_float, transport_losses
 from fabric.experiment.options import CC, ROCE_MTU, ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
-from fabric.traffic import collectives, ideal
-from fabric.traffic.model import Plan, ScheduleError, Transfer
+from fabric.traffic import collectives, ideal, sizing
+from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "failures"
@@ -67,15 +67,15 @@ QUESTION = "Which routing policy keeps a collective running when a link fails, f
 POLICIES = ("ecmp", "spray", "adaptive")
 SCENARIOS = ("healthy", "link-down", "degraded", "flapping", "spine-down")
 COLLECTIVE = "ring-allreduce"
-# Per-rank buffer in seconds of the host link at line rate: the ring moves
-# 2(N-1)/N of it, ~2.8 s (quick) or ~5.6 s (full) at line rate.
-BUFFER_S = {True: 1.5, False: 3.0}
+# Per-rank buffer in packets (the same at every rate): the ring moves 2(N-1)/N of it,
+# ~1,100 (quick) or ~2,300 (full) packet times at line rate.
+BUFFER_PACKETS = {True: 600, False: 1_200}
 FAIL_AT = 0.25     # the cut, as a share of the collective's line-rate time
 DOWN_FOR = 0.4     # how long link-down lasts, same unit
-FLAP_PERIOD_S = 1.0
+FLAP_PERIOD_PACKETS = 400  # a flap's period, in packet times of the host link
 DEGRADED_FRACTION = 0.25
 DEADLINE_FACTOR = 20.0
-TIMELINE_BIN_S = 0.05
+TIMELINE_BIN_PACKETS = 20  # the delivery timeline's bins, in packet times
 TIMELINE_SCENARIOS = ("link-down", "flapping", "spine-down")  # the ones with a cut
 POLL_S = 0.01      # the injector's clock: how late an action may fall
 BRINGUP_S = 10.0
@@ -138,11 +138,12 @@ def line_rate_s(n: int, size: int, host_mbps: float) -> float:
 
 
 def make_scenario(name: str, graph: nx.Graph, ranks: list[str], t_line: float,
-                  horizon_s: float) -> Scenario:
+                  horizon_s: float, packet_s: float) -> Scenario:
     """The scenario ``name`` for this ring: its links and timeline (pure).
 
     ``t_line`` is the collective's line-rate time; ``horizon_s`` bounds the
-    flapping (the injector stops when the traffic ends anyway).
+    flapping (the injector stops when the traffic ends anyway); ``packet_s`` is a
+    packet time of the host link, the flaps' clock (:data:`FLAP_PERIOD_PACKETS`).
     """
     link = victim_link(graph, ranks)
     named = "-".join(link)
@@ -155,7 +156,7 @@ def make_scenario(name: str, graph: nx.Graph, ranks: list[str], t_line: float,
     if name == "degraded":
         return Scenario(name, slow=(link,), target=named)
     if name == "flapping":
-        half = FLAP_PERIOD_S / 2
+        half = FLAP_PERIOD_PACKETS * packet_s / 2
         count = max(2, int((horizon_s - fail) / half))
         return Scenario(name, tuple(Action(fail + i * half, i % 2 == 1, (link,))
                                     for i in range(count)), target=named)
@@ -319,7 +320,7 @@ def lost_bytes(rows: list[dict[str, Any]]) -> int:
 
 
 def delivery_timeline(rows: list[dict[str, Any]], origin: float,
-                      bin_s: float = TIMELINE_BIN_S) -> list[tuple[float, int]]:
+                      bin_s: float) -> list[tuple[float, int]]:
     """Newly delivered packets per bin, ``(bin start after origin, packets)``, over
     every transfer; empty bins inside the run included."""
     counts: dict[int, int] = {}
@@ -361,17 +362,22 @@ def ideal_time_s(graph: nx.Graph, transfers: list[Transfer], base: dict[tuple[st
                   for pair in pairs}
         return {t.id: routed[(t.src, t.dst)] for t in transfers}
 
+    def acks(data: dict[str, dict]) -> dict[str, dict]:
+        return {fid: ideal.ack_load(load, overhead) for fid, load in data.items()}
+
     down: set = set()
     cap = capacity_at(base, scenario, down, slow_mbps)
     initial = loads(cap)
     fluid = [ideal.FluidTransfer(t.id, t.bytes, initial[t.id], 0.0, t.after,
-                                 queue=t.connection) for t in transfers]
+                                 queue=t.connection, acks=ideal.ack_load(initial[t.id], overhead))
+             for t in transfers]
     changes = []
     for at, up, links in sorted(events):
         for link in links:
             (down.discard if up else down.add)(frozenset(link))
         cap = capacity_at(base, scenario, down, slow_mbps)
-        changes.append(ideal.Change(max(0.0, at), cap, loads(cap)))
+        data = loads(cap)
+        changes.append(ideal.Change(max(0.0, at), cap, data, acks(data)))
     spans = ideal.simulate(fluid, capacity_at(base, scenario, set(), slow_mbps),
                            changes=changes)
     return max(s.end for s in spans.values()) - min(s.start for s in spans.values())
@@ -423,14 +429,16 @@ def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) 
     """Wall-clock estimate (pure): a run at half the line rate, slower ones twice that."""
     count = seeds or (1 if quick else 5)
     ranks = len(fg.nodes_with_role(graph, "host"))
-    t_line = BUFFER_S[quick] * collectives.busbw_factor(COLLECTIVE, ranks)
+    mbps = default_host_mbps(graph)
+    t_line = sizing.seconds_of(BUFFER_PACKETS[quick] * collectives.busbw_factor(COLLECTIVE, ranks),
+                               TransportSpec("roce"), mbps)
     per_policy = BRINGUP_S + count * sum(RUN_OVERHEAD_S + (4 if s == "degraded" else 2) * t_line
                                          for s in SCENARIOS)
     return len(POLICIES) * per_policy
 
 
-def _schedules(graph: nx.Graph, policy: str, seeds: list[int], size: int, host_mbps: float
-               ) -> Iterator[Scheduled]:
+def _schedules(graph: nx.Graph, policy: str, seeds: list[int], size: int, host_mbps: float,
+               packet_s: float) -> Iterator[Scheduled]:
     """Per seed, every scenario of one policy's bring-up, each with its injector."""
     for seed in seeds:
         ranks = ring_ranks(graph, seed)
@@ -438,7 +446,8 @@ def _schedules(graph: nx.Graph, policy: str, seeds: list[int], size: int, host_m
         transfers = collectives.generate(COLLECTIVE, ranks, size, dscp=DSCP_COLLECTIVE)
         t_line = line_rate_s(len(ranks), size, host_mbps)
         for name in SCENARIOS:
-            scenario = make_scenario(name, graph, ranks, t_line, DEADLINE_FACTOR * t_line)
+            scenario = make_scenario(name, graph, ranks, t_line, DEADLINE_FACTOR * t_line,
+                                     packet_s)
             injection = Injection(scenario)
             yield Scheduled({"scenario": name, "policy": policy, "seed": seed}, transfers, seed,
                             {"injection": injection, "ranks": ranks, "transfers": transfers},
@@ -465,9 +474,10 @@ def _row_function(runner: Runner, graph: nx.Graph, emu: Emulation, spec: str, si
         failed = ideal_time_s(graph, c["transfers"], base, overhead, injection.scenario,
                               events, injection.slow_mbps)
         cut = first_cut(injection)
-        timeline.extend({**run.keys, "t_s": t,
-                         "mbps": round(n * (payload * 8 / 1e6) / TIMELINE_BIN_S, 4)}
-                        for t, n in delivery_timeline(rows, cut if cut is not None else start))
+        bin_s = TIMELINE_BIN_PACKETS * emu.report.rate_plan.packet_s
+        timeline.extend({**run.keys, "t_s": t, "mbps": round(n * (payload * 8 / 1e6) / bin_s, 4)}
+                        for t, n in delivery_timeline(rows, cut if cut is not None else start,
+                                                      bin_s))
         return {"topology": spec, "host_mbps": used, "size_bytes": size,
                 "target": injection.scenario.target, **row,
                 "ideal_time_s": round(failed, 4), "ideal_slowdown": round(failed / healthy, 4),
@@ -619,7 +629,7 @@ class Failures(Experiment):
         for seed in range(ctx.seeds or 1):
             ranks = ring_ranks(graph, seed)
             for name in SCENARIOS:
-                make_scenario(name, graph, ranks, 1.0, 2.0)
+                make_scenario(name, graph, ranks, 1.0, 2.0, 1e-3)
 
     def run_count(self, ctx: RunContext) -> int:
         return len(POLICIES) * len(self.seeds(ctx)) * len(SCENARIOS)
@@ -642,8 +652,9 @@ class Failures(Experiment):
                 transport = ctx.roce(entropy="flow" if policy == "ecmp"
                                      else ctx.get(SPRAY_ENTROPY),
                                      entropy_ports=256, timeline=True)
-                size = int(used * 1e6 / 8 * BUFFER_S[ctx.quick])
-                runner.run(emu, _schedules(graph, policy, self.seeds(ctx), size, used),
+                size = sizing.bytes_of(BUFFER_PACKETS[ctx.quick], transport)
+                runner.run(emu, _schedules(graph, policy, self.seeds(ctx), size, used,
+                                           emu.report.rate_plan.packet_s),
                            transport, policy,
                            _row_function(runner, graph, emu, spec, size, transport.mtu_payload,
                                          overhead),
@@ -653,8 +664,12 @@ class Failures(Experiment):
             {"topology": spec, "policies": POLICIES, "scenarios": SCENARIOS,
              "collective": COLLECTIVE, "placement": "random", "transport": "roce",
              "cc": ctx.get(CC), "roce_mtu": ctx.get(ROCE_MTU),
-             "spray_entropy": ctx.get(SPRAY_ENTROPY), "buffer_s": BUFFER_S[ctx.quick],
-             "fail_at": FAIL_AT, "down_for": DOWN_FOR, "flap_period_s": FLAP_PERIOD_S,
+             "spray_entropy": ctx.get(SPRAY_ENTROPY),
+             "work": {"buffer_packets": BUFFER_PACKETS[ctx.quick],
+                      "flap_period_packet_times": FLAP_PERIOD_PACKETS,
+                      "timeline_bin_packet_times": TIMELINE_BIN_PACKETS,
+                      "payload_bytes": ctx.roce().payload_bytes},
+             "fail_at": FAIL_AT, "down_for": DOWN_FOR,
              "degraded_fraction": DEGRADED_FRACTION, "host_mbps": ctx.host_mbps or "auto"},
             {"topology": spec})
 

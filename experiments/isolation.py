@@ -42,7 +42,7 @@ from fabric.experiment.measures import mean_or_none, pause_summary, span_s, trut
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
-from fabric.traffic import collectives, metrics, storage
+from fabric.traffic import collectives, metrics, sizing, storage
 from fabric.traffic.model import ScheduleError, Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
@@ -57,8 +57,10 @@ FABRICS: dict[str, FlowControl | None] = {"lossy": None, "lossless": FlowControl
 RING_LANE = 0  # the ring's lane in both settings: the one lane, or "collective" first
 PHASES = ("baseline", "storage")
 RING_RANKS = 8
-RING_S = 1.0  # a baseline iteration at line rate (busbw = host rate)
-STORAGE_S = 0.75  # each storage endpoint's bytes, in seconds of its link at line rate
+# In TCP segments, the same at every rate (fabric.traffic.sizing)
+RING_PACKETS = 450  # a baseline iteration at line rate (busbw = host rate), per rank
+STORAGE_PACKETS = 330  # each storage endpoint's bytes
+TCP = TransportSpec("tcp")
 # The striped read in one burst: in 4 rounds its stripes (18 segments each) never filled
 # a lossless switch's buffer to Xoff, so the lossless rows paused nothing
 READ_ROUNDS = 1
@@ -126,25 +128,26 @@ def roles(graph: nx.Graph, ranks: int = RING_RANKS) -> Roles:
                  tuple(others[half:half * 2]))
 
 
-def ring_bytes(host_mbps: float, ranks: int = RING_RANKS) -> int:
-    """nccl-tests size whose ring all-reduce takes ``RING_S`` at line rate."""
-    seconds_bytes = host_mbps * 1e6 / 8 * RING_S
-    return int(seconds_bytes / collectives.busbw_factor("ring_allreduce", ranks))
+def ring_bytes(ranks: int = RING_RANKS) -> int:
+    """nccl-tests size whose ring all-reduce takes ``RING_PACKETS`` packet times at line
+    rate."""
+    return int(sizing.bytes_of(RING_PACKETS, TCP)
+               / collectives.busbw_factor("ring_allreduce", ranks))
 
 
-def storage_bytes(host_mbps: float) -> int:
-    """Bytes each storage operation moves (``STORAGE_S`` of one link at line rate)."""
-    return int(host_mbps * 1e6 / 8 * STORAGE_S)
+def storage_bytes() -> int:
+    """Bytes each storage operation moves (``STORAGE_PACKETS`` segments)."""
+    return sizing.bytes_of(STORAGE_PACKETS, TCP)
 
 
-def iteration_transfers(graph: nx.Graph, host_mbps: float, with_storage: bool,
+def iteration_transfers(graph: nx.Graph, with_storage: bool,
                         who: Roles | None = None) -> list[Transfer]:
     """One iteration's plan: the ring all-reduce, plus the storage bursts if asked."""
     who = who or roles(graph)
-    out = collectives.ring_allreduce(list(who.ranks), ring_bytes(host_mbps, len(who.ranks)),
+    out = collectives.ring_allreduce(list(who.ranks), ring_bytes(len(who.ranks)),
                                      dscp=DSCP_COLLECTIVE, tag=RING_TAG)
     if with_storage:
-        nbytes = storage_bytes(host_mbps)
+        nbytes = storage_bytes()
         out += storage.striped_read(who.read_client, who.read_servers, nbytes // READ_ROUNDS,
                                     READ_ROUNDS, dscp=DSCP_STORAGE, tag=READ_TAG)
         out += storage.checkpoint_write([who.writer], who.write_targets, nbytes,
@@ -160,8 +163,9 @@ def run_count(mode: IsolationMode, seeds: int) -> int:
 def estimate_s(mode: IsolationMode, seeds: int, host_mbps: float) -> float:
     """Pessimistic estimate of a run's wall time: bring-ups, idle checks, iterations."""
     per_bringup = (BRINGUP_S + TEARDOWN_S + RUN_OVERHEAD_S + IDLE_BYTES * 8 / (host_mbps * 1e6)
-                   + seeds * mode.iterations * (2 * RUN_OVERHEAD_S
-                                                + RING_S * (1 + STORAGE_SLOWDOWN_BUDGET)))
+                   + seeds * mode.iterations * (
+                       2 * RUN_OVERHEAD_S + sizing.seconds_of(RING_PACKETS, TCP, host_mbps)
+                       * (1 + STORAGE_SLOWDOWN_BUDGET)))
     return len(FABRICS) * len(LANES) * per_bringup
 
 
@@ -218,10 +222,10 @@ def _row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, An
 def notes_for(who: Roles, host_mbps: float) -> list[str]:
     """What the run set up, what to expect and the anchor."""
     return [
-        f"ring all-reduce over {len(who.ranks)} ranks, {ring_bytes(host_mbps)} B "
-        f"(~{RING_S:g} s at {host_mbps:g} Mbit/s); storage: striped read to rank "
-        f"{who.read_client} from {len(who.read_servers)} servers and a checkpoint write from "
-        f"rank {who.writer}, {storage_bytes(host_mbps)} B each",
+        f"ring all-reduce over {len(who.ranks)} ranks, {ring_bytes():,} B "
+        f"(~{sizing.seconds_of(RING_PACKETS, TCP, host_mbps):.2g} s at {host_mbps:g} Mbit/s); "
+        f"storage: striped read to rank {who.read_client} from {len(who.read_servers)} "
+        f"servers and a checkpoint write from rank {who.writer}, {storage_bytes():,} B each",
         "expected: separate lanes keep the collective near its baseline (its lane is "
         "guaranteed 50 % of every link and has priority for spare capacity); one shared lane "
         "lets the storage bursts' flows take most of the shared links, slowing every ring step",
@@ -352,19 +356,20 @@ class Isolation(Experiment):
                 rates.add(host_mbps)
                 runs = (Scheduled({"fabric": fabric, "lanes": lanes_name, "seed": seed,
                                    "iteration": iteration, "phase": phase},
-                                  iteration_transfers(graph, host_mbps, phase == "storage",
-                                                      who),
+                                  iteration_transfers(graph, phase == "storage", who),
                                   seed, (host_mbps, who))
                         for seed in seeds for iteration in range(mode.iterations)
                         for phase in PHASES)
-                runner.run(emu, runs, TransportSpec("tcp"), f"{fabric}-{lanes_name}",
+                runner.run(emu, runs, TCP, f"{fabric}-{lanes_name}",
                            _row_of, deadline_s=60.0)
         host_mbps = min(rates)
         return Measured(
             {"topology": topo, "fabrics": list(FABRICS), "lanes": list(LANES),
              "ranks": RING_RANKS,
              "iterations": mode.iterations, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
-             "ring_bytes": ring_bytes(host_mbps), "storage_bytes": storage_bytes(host_mbps),
+             "ring_bytes": ring_bytes(), "storage_bytes": storage_bytes(),
+             "work": {"ring_packets": RING_PACKETS, "storage_packets": STORAGE_PACKETS,
+                      "payload_bytes": TCP.payload_bytes},
              "read_rounds": READ_ROUNDS, "host_mbps": ctx.host_mbps or "auto",
              "estimated_s": round(self.estimate_s(ctx), 1)},
             {"topology": topo, "host_mbps": host_mbps,

@@ -48,7 +48,7 @@ from fabric.experiment.options import ROCE_MTU, SPRAY_ENTROPY
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES
-from fabric.traffic import collectives, metrics, storage
+from fabric.traffic import collectives, metrics, sizing, storage
 from fabric.traffic.ideal import transport_overhead
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, ScheduleError, Transfer, TransportSpec
 
@@ -65,12 +65,13 @@ RING_RANKS = 8
 MIN_RING_RANKS = 4
 SERVERS_PER_LEAF = 2
 MAX_SERVERS = 8
-RING_S = 1.0  # the ring alone, at line rate
-# The read's bytes, in seconds of the client's link at line rate, in one round: every
-# stripe at once, so the servers (line rate without congestion control) hold more than
-# the client's leaf can buffer for most of the ring's run. In 4 rounds of 0.75 s the
-# stripes were ~10 packets each and the leaf held every round below its Xoff: no pause.
-STORAGE_S = 1.0
+# In packets of the roce transport, the same at every rate (fabric.traffic.sizing)
+RING_PACKETS = 400  # the ring alone, at line rate: packet times per rank
+# The read's packets, in one round: every stripe at once, so the servers (line rate
+# without congestion control) hold more than the client's leaf can buffer for most of
+# the ring's run. In 4 rounds of ~280 packets the stripes were ~10 packets each and the
+# leaf held every round below its Xoff: no pause.
+READ_PACKETS = 400
 PROBES = 30  # one-packet messages, each sent when the previous one is acknowledged
 PROBE_BYTES = 64
 RING_TAG, READ_TAG, PROBE_TAG = "ring", "read", "probe"
@@ -152,14 +153,16 @@ def _interleave(pools: list[list[str]]) -> list[list[str]]:
     return [[p[i] for p in pools if i < len(p)] for i in range(depth)]
 
 
-def ring_bytes(host_mbps: float, ranks: int) -> int:
-    """nccl-tests size whose ring all-reduce takes ``RING_S`` at line rate."""
-    return int(host_mbps * 1e6 / 8 * RING_S / collectives.busbw_factor("ring_allreduce", ranks))
+def ring_bytes(transport: TransportSpec, ranks: int) -> int:
+    """nccl-tests size whose ring all-reduce takes ``RING_PACKETS`` packet times of
+    ``transport`` at line rate."""
+    return int(sizing.bytes_of(RING_PACKETS, transport)
+               / collectives.busbw_factor("ring_allreduce", ranks))
 
 
-def read_bytes(host_mbps: float) -> int:
-    """Bytes of the striped read (``STORAGE_S`` of the client's link at line rate)."""
-    return int(host_mbps * 1e6 / 8 * STORAGE_S)
+def read_bytes(transport: TransportSpec) -> int:
+    """Bytes of the striped read (``READ_PACKETS`` packets of ``transport``)."""
+    return sizing.bytes_of(READ_PACKETS, transport)
 
 
 def probe_transfers(who: Roles) -> list[Transfer]:
@@ -169,13 +172,14 @@ def probe_transfers(who: Roles) -> list[Transfer]:
                      (ids[i - 1],) if i else (), 0, PROBE_TAG) for i, ident in enumerate(ids)]
 
 
-def iteration_transfers(who: Roles, host_mbps: float, with_storage: bool, probe: bool
+def iteration_transfers(who: Roles, transport: TransportSpec, with_storage: bool, probe: bool
                         ) -> list[Transfer]:
-    """One iteration: the ring, the striped read if ``with_storage``, the probe if asked."""
-    out = collectives.ring_allreduce(list(who.ranks), ring_bytes(host_mbps, len(who.ranks)),
+    """One iteration in packets of ``transport``: the ring, the striped read if
+    ``with_storage``, the probe if asked."""
+    out = collectives.ring_allreduce(list(who.ranks), ring_bytes(transport, len(who.ranks)),
                                      dscp=DSCP_COLLECTIVE, tag=RING_TAG)
     if with_storage:
-        out += storage.striped_read(who.client, who.servers, read_bytes(host_mbps), 1,
+        out += storage.striped_read(who.client, who.servers, read_bytes(transport), 1,
                                     dscp=DSCP_STORAGE, tag=READ_TAG)
     return out + (probe_transfers(who) if probe else [])
 
@@ -207,17 +211,18 @@ def pause_link_seconds(result: TrafficResult) -> float | None:
     return round(sum(r["pause_share"] or 0.0 for r in result.flow_control if r["pauses"]), 3)
 
 
-def ideals(mtu_payload: int) -> dict[str, float]:
-    """A perfect transport's ring time (line rate less the roce headers and the ACKs
-    sharing each link) and the read's goodput (less the headers)."""
+def ideals(mtu_payload: int, host_mbps: float) -> dict[str, float]:
+    """A perfect transport's ring time at ``host_mbps`` (line rate less the roce headers
+    and the ACKs sharing each link) and the read's goodput (less the headers)."""
     overhead = transport_overhead("roce", mtu_payload)
-    return {"ring_ideal_ms": round(RING_S * 1e3 * (overhead.data + overhead.ack), 2),
+    line_s = RING_PACKETS * mtu_payload * 8 / (host_mbps * 1e6)
+    return {"ring_ideal_ms": round(line_s * 1e3 * (overhead.data + overhead.ack), 2),
             "storage_goodput_ideal": round(1 / overhead.data, 4)}
 
 
 def _row_of(run: Scheduled, result: TrafficResult, report: dict[str, Any]) -> dict[str, Any]:
     host_mbps, mtu_payload = run.context
-    return {"host_mbps": host_mbps, **ideals(mtu_payload),
+    return {"host_mbps": host_mbps, **ideals(mtu_payload, host_mbps),
             **measure_rows(result.transfer_rows(), host_mbps), "ring_slowdown": None,
             **pause_summary(result), "pause_link_seconds": pause_link_seconds(result),
             "complete": bool(result.complete and not result.errors),
@@ -269,9 +274,11 @@ def table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def estimate_s(mode: LosslessMode, seeds: int) -> float:
-    """Pessimistic wall time: four bring-ups, six run loops, every iteration."""
-    per_iteration = 2 * RUN_OVERHEAD_S + RING_S * (2 + STORAGE_SLOWDOWN_BUDGET)
+def estimate_s(mode: LosslessMode, seeds: int, host_mbps: float) -> float:
+    """Pessimistic wall time at ``host_mbps``: four bring-ups, six run loops, every
+    iteration."""
+    ring_s = sizing.seconds_of(RING_PACKETS, TransportSpec("roce"), host_mbps)
+    per_iteration = 2 * RUN_OVERHEAD_S + ring_s * (2 + STORAGE_SLOWDOWN_BUDGET)
     loops = len(POLICIES) + len(CCS)
     return ((len(POLICIES) + 1) * (BRINGUP_S + TEARDOWN_S) + loops * 2 * RUN_OVERHEAD_S
             + loops * seeds * mode.iterations * per_iteration)
@@ -377,7 +384,10 @@ class Lossless(Experiment):
         return (len(POLICIES) + len(CCS)) * runs
 
     def estimate_s(self, ctx: RunContext) -> float:
-        return estimate_s(self.mode(ctx), len(self.seeds(ctx)))
+        mbps = ctx.host_mbps or default_host_mbps(
+            self.graph(ctx), packet_bytes=ctx.roce().packet_bytes,
+            headroom=capacity.ROCE_RATE_HEADROOM)
+        return estimate_s(self.mode(ctx), len(self.seeds(ctx)), mbps)
 
     def measure(self, ctx: RunContext, runner: Runner) -> Measured:
         """One bring-up per routing policy (one lane), one for every congestion control
@@ -402,6 +412,8 @@ class Lossless(Experiment):
              "iterations": self.mode(ctx).iterations, "transport": "roce",
              "roce_mtu": ctx.get(ROCE_MTU), "spray_entropy": ctx.get(SPRAY_ENTROPY),
              "flow_control": "pfc", "host_mbps": ctx.host_mbps or "auto",
+             "work": {"ring_packets": RING_PACKETS, "read_packets": READ_PACKETS,
+                      "payload_bytes": ctx.roce().payload_bytes},
              "estimated_s": round(self.estimate_s(ctx), 1)},
             {"topology": topo, "host_mbps": host_mbps,
              "roles": {"client": who.client, "servers": list(who.servers),
@@ -414,7 +426,7 @@ class Lossless(Experiment):
         part, name = setting
         runs = (Scheduled({"part": part, "setting": name, "seed": seed, "iteration": i,
                            "phase": phase},
-                          iteration_transfers(who, host_mbps, phase == "storage", probe),
+                          iteration_transfers(who, transport, phase == "storage", probe),
                           seed, (host_mbps, transport.mtu_payload))
                 for seed in self.seeds(ctx) for i in range(self.mode(ctx).iterations)
                 for phase in PHASES)
@@ -432,10 +444,11 @@ class Lossless(Experiment):
         who, host_mbps = roles(self.graph(ctx)), measured.summary["host_mbps"]
         return [
             f"ring all-reduce over {len(who.ranks)} ranks, "
-            f"{ring_bytes(host_mbps, len(who.ranks))} B (~{RING_S:g} s at {host_mbps:g} "
+            f"{ring_bytes(ctx.roce(), len(who.ranks)):,} B (~"
+            f"{sizing.seconds_of(RING_PACKETS, ctx.roce(), host_mbps):.2g} s at {host_mbps:g} "
             f"Mbit/s; ring_ideal_ms: a perfect transport's, less the roce headers and ACKs); "
             f"striped read to {who.client} from {len(who.servers)} servers, "
-            f"{read_bytes(host_mbps)} B at once (storage_goodput_ideal: the client's line "
+            f"{read_bytes(ctx.roce()):,} B at once (storage_goodput_ideal: the client's line "
             "rate less the headers)",
             f"routing: one lossless lane, congestion control {ROUTING_CC}; "
             "pause_link_seconds sums every link direction's paused share of the run: how "

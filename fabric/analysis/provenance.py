@@ -47,6 +47,7 @@ class Provenance:
     runs: int | None = None
     invalid_runs: int | None = None
     speed: float | None = None           # the machine speed factor
+    work: str | None = None              # the work in packets, e.g. "1,000-packet flows"
 
     def line(self) -> str:
         """The provenance as one compact line (fields that are unknown left out).
@@ -66,7 +67,7 @@ class Provenance:
                  f"cc {', '.join(self.ccs)}" if self.ccs else None,
                  f"seed{'s' if len(self.seeds) > 1 else ''} {_ranges(self.seeds)}"
                  if self.seeds else None,
-                 _runs(self.quick, self.runs, self.invalid_runs),
+                 self.work, _runs(self.quick, self.runs, self.invalid_runs),
                  f"speed {self.speed:.2f}" if self.speed is not None else None]
         return SEPARATOR.join(p for p in parts if p)
 
@@ -109,7 +110,33 @@ def read(run_dir: Path) -> Provenance:
         seeds=tuple(int(s) for s in manifest.get("seeds") or ()),
         quick=params.get("quick") if isinstance(params.get("quick"), bool) else None,
         runs=count, invalid_runs=invalid,
-        speed=float(speed) if isinstance(speed, (int, float)) else None)
+        speed=float(speed) if isinstance(speed, (int, float)) else None,
+        work=work_text(params.get("work")))
+
+
+def work_text(work: Any) -> str | None:
+    """The ``work`` parameter's lengths in packets as text.
+
+    Parameters
+    ----------
+    work : dict or None
+        The manifest's ``parameters.work``: ``<what>_packets`` and ``<what>_packet_times``
+        keys (others ignored).
+
+    Returns
+    -------
+    str or None
+        E.g. ``1,000-packet flows, 2,000-packet buffers`` (``of 4,096 B`` after them when
+        ``payload_bytes`` is recorded); None when nothing is recorded.
+    """
+    if not isinstance(work, dict):
+        return None
+    parts = [text for key, value in work.items() if not key.startswith("htsim")
+             for text in [_length(key, value)] if text]
+    payload = work.get("payload_bytes")
+    if not parts:
+        return None
+    return ", ".join(parts) + (f" of {payload:,} B" if isinstance(payload, int) else "")
 
 
 def short_commit(commit: str | None) -> str | None:
@@ -263,3 +290,12 @@ def _date(stamp: Any) -> str | None:
     if not isinstance(stamp, str) or len(stamp) < 10 or stamp[4] != "-":
         return None
     return stamp[:10]
+
+
+def _length(key: str, value: Any) -> str | None:
+    """``flow_packets: 1000`` as ``1,000-packet flows``, ``flap_period_packet_times: 400`` as
+    ``400-packet-time flap periods``; None for a key in neither unit."""
+    for suffix, unit in (("_packet_times", "packet-time"), ("_packets", "packet")):
+        if key.endswith(suffix) and isinstance(value, (int, float)):
+            return f"{value:,}-{unit} {key[:-len(suffix)].replace('_', ' ')}s"
+    return None

@@ -83,16 +83,11 @@ class RunContext:
         return TransportSpec("roce", **{"mtu_payload": self.get(ROCE_MTU), "cc": self.get(CC),
                                         **kwargs})
 
-    @property
-    def time_scale(self) -> float:
-        """Seconds a workload lasts per second the experiment sizes it in on the run's
-        backend (see :meth:`time_scale_of`)."""
-        return self.time_scale_of(self.backend)
-
     def time_scale_of(self, backend: str) -> float:
-        """Seconds a workload lasts on ``backend`` per second the experiment sizes it in:
-        1, but :data:`~fabric.experiment.simulated.SIM_TIME_SCALE` for the simulator at
-        physical rates (``ns3`` without ``--host-mbps``)."""
+        """How ``backend`` scales an experiment's deadlines and the adaptive controller's
+        floor (seconds at the emulated rates; the workloads are in packets): 1, but
+        :data:`~fabric.experiment.simulated.SIM_TIME_SCALE` for the simulator at physical
+        rates (``ns3`` without ``--host-mbps``)."""
         return SIM_TIME_SCALE if backend == "ns3" and not self.host_mbps else 1.0
 
     def seed_list(self, default: int) -> list[int]:

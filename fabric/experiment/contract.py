@@ -37,7 +37,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import topologies
 from fabric.analysis import plotstyle, results
-from fabric.analysis.provenance import Provenance, read as read_provenance
+from fabric.analysis.provenance import Provenance, read as read_provenance, work_text
 from fabric.emulation import fidelity
 from fabric.experiment.context import RunContext
 from fabric.experiment.loop import Runner
@@ -197,11 +197,17 @@ class Experiment(ABC):
         fid = with_checks(runner.log.write(ctx.run_dir), self.checks(rows))
         table = self.table(rows)
         notes = self.notes(ctx, rows, measured)
+        work = work_text(measured.parameters.get("work"))
+        if work:
+            notes = [f"work, the same at every rate: {work}"] + notes
         results.write_summary(ctx.run_dir, self.name, table, fid,
                               {"question": self.question, "anchors": dict(self.anchors),
                                "flow_control": ("per fabric, as the table says"
                                                 if self.sets_flow_control else
                                                 "pfc" if ctx.flow_control else "none"),
+                               # the work in packets: the same at every rate
+                               **({"work": measured.parameters["work"]}
+                                  if "work" in measured.parameters else {}),
                                **measured.summary, "notes": notes})
         return Outcome(table, fid, self.seeds(ctx), measured.parameters, notes)
 

@@ -61,13 +61,16 @@ def _measure(graph: Any, result: Any, pattern: str, ranks: list[str], size: Any,
 
 
 def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable[int],
-               workdir: Path, cc: str = "swift") -> list[Cell]:
+               workdir: Path, cc: str = "swift", host_mbps: float | None = None
+               ) -> list[Cell]:
     """Every (pattern, seed) of ``patterns`` under ``policy`` (``ecmp``, ``spray`` or
-    ``adaptive``) on both backends (see the module docstring)."""
+    ``adaptive``) on both backends (see the module docstring), at ``host_mbps`` (default:
+    the rate this machine emulates faithfully). The workloads are in packets: the same
+    runs whatever the rate."""
     entropy = "flow" if policy == "ecmp" else "recycle"
     transport = TransportSpec("roce", entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS, cc=cc)
-    mbps = default_host_mbps(graph, packet_bytes=transport.packet_bytes,
-                             headroom=capacity.ROCE_RATE_HEADROOM)
+    mbps = host_mbps or default_host_mbps(graph, packet_bytes=transport.packet_bytes,
+                                          headroom=capacity.ROCE_RATE_HEADROOM)
     options = EmulationOptions(policy=policy, host_mbps=mbps,
                                packet_bytes=transport.packet_bytes)
     cells = []
@@ -83,7 +86,7 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
         warmed = False
         for pattern in patterns:
             for seed in seeds:
-                transfers, ranks, size = pattern_transfers(graph, pattern, seed, plan.host_mbps)
+                transfers, ranks, size = pattern_transfers(graph, pattern, seed, transport)
                 if not warmed:
                     warm_up(emu, Scheduled({}, transfers, seed), transport,
                             workdir / "warm-up")

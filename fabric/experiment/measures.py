@@ -5,8 +5,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from fabric.analysis.report import ideal_spans
+from fabric.analysis.report import ideal_spans, ideal_steady_rates
 from fabric.emulation.traffic import TrafficResult
+from fabric.traffic import metrics, sizing
+from fabric.traffic.model import TransportSpec
+
+# htsim's steady state: the flows' mean rate between a quarter and three quarters of a
+# flow's line-rate time (its 1-3 ms of 4 ms), while every flow is still running
+STEADY_WINDOW = (0.25, 0.75)
 
 
 def transport_losses(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -16,6 +22,29 @@ def transport_losses(rows: list[dict[str, Any]]) -> dict[str, Any]:
     received = sum(r.get("recv_packets_received") or 0 for r in rows)
     return {"drop_frac": round((sent - received) / sent, 5) if sent else None,
             "rto": sum(r.get("send_rto_count") or 0 for r in rows)}
+
+
+def steady_window(packets: float, transport: TransportSpec, host_mbps: float
+                  ) -> tuple[float, float]:
+    """Seconds after the start between which a run of ``packets``-packet flows at
+    ``host_mbps`` is in its steady state (:data:`STEADY_WINDOW` of a flow's line-rate
+    time): a flow cannot finish before it, since none goes faster than its link."""
+    line = sizing.seconds_of(packets, transport, host_mbps)
+    return (STEADY_WINDOW[0] * line, STEADY_WINDOW[1] * line)
+
+
+def steady_measures(result: Any, graph: Any, link_mbps: Any, spray: bool,
+                    window: tuple[float, float] | None, host_mbps: float
+                    ) -> dict[str, float | None]:
+    """``steady`` (the flows' mean rate within ``window``, over ``host_mbps``: htsim's
+    measure) and ``steady_ideal`` (their mean max-min fair rate on the run's paths,
+    all running at once) fields of a runs.csv row; None where not measured."""
+    steady = (metrics.window_throughput(result.transfer_rows(), window, host_mbps)
+              if window else None)
+    rates = ideal_steady_rates(result, graph, link_mbps, spray)
+    best = statistics.fmean(rates.values()) / host_mbps if rates else None
+    return {"steady": None if steady is None else round(steady, 4),
+            "steady_ideal": None if best is None else round(best, 4)}
 
 
 def ideal_rows(result: TrafficResult, graph: Any, link_mbps: Any, spray: bool = False

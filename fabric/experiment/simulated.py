@@ -8,12 +8,13 @@ a time (one per core). What the simulator does not model is refused by
 :func:`simulated_fabric`, in one line; the adaptive policy is asked every
 telemetry interval (:mod:`fabric.simulation.adaptive`).
 
-Rates: with ``--host-mbps`` every link is scaled as the emulator scales it and
-the workloads keep their sizes, so a run is the emulated run's twin. Without it
-the links run at the graph's physical rates and every workload is
-:data:`SIM_TIME_SCALE` times as long in seconds of line rate (the collisions
-experiment's 3 s flows become 3 ms: htsim's measurement window, ~9,000 packets
-at 100 Gbit/s). The transport's timers are in packet times either way.
+Rates: with ``--host-mbps`` every link is scaled as the emulator scales it;
+without it the links run at the graph's physical rates. The workloads are in
+packets (:mod:`fabric.traffic.sizing`), so a run is the same packets either way
+and the emulated run's twin; the transport's timers are in packet times. Only
+the experiments' deadlines and the adaptive controller's floor, which are
+seconds at the emulated rates, are :data:`SIM_TIME_SCALE` times as long at
+physical rates.
 """
 
 from __future__ import annotations
@@ -31,15 +32,12 @@ from fabric.errors import UserError
 from fabric.model import graph as fg
 from fabric.routing.adaptive import DEFAULT_FLOOR_S, AdaptiveParams, params_for_rate
 from fabric.simulation import SimResult, simulate
-from fabric.simulation.run import stop_all, window_throughput
+from fabric.simulation.run import stop_all
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import TransportSpec
 
-# window_throughput: for experiments, which do not import the simulation layer
-__all__ = ["window_throughput"]
-
 BACKENDS = ("emulator", "ns3")
-SIM_TIME_SCALE = 1e-3  # workload seconds at physical rates, per second at the emulated rate
+SIM_TIME_SCALE = 1e-3  # deadlines and timer floors at physical rates, per emulated second
 # routing policies the simulator runs: the same select groups, the senders' entropy apart,
 # and adaptive's weights from the policy's own code (fabric.simulation.adaptive)
 SIMULATED_POLICIES = ("ecmp", "spray", "adaptive")
@@ -83,9 +81,8 @@ class SimulatedFabric:
 
     fabric: Fabric
     report: SimReport
-    time_scale: float  # workload seconds per second the experiment sizes them in
+    time_scale: float  # how deadlines and the adaptive floor scale (context.time_scale_of)
     adaptive: AdaptiveParams | None = None  # the adaptive policy's tuning, when it routes
-    window: tuple[float, float] | None = None  # simulated seconds of a steady-state rate
 
     @property
     def graph(self) -> Any:
@@ -95,11 +92,8 @@ class SimulatedFabric:
 
 def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = None,
                      packet_bytes: int = 0, queue_pkts: int = DEFAULT_QUEUE_PKTS,
-                     policy: str = "ecmp", window: tuple[float, float] | None = None,
-                     **unmodelled: Any) -> SimulatedFabric:
-    """The simulated twin of ``Emulation(graph, EmulationOptions(...))``; its workloads
-    last ``time_scale`` times the seconds the experiment sizes them in, and ``window``
-    (simulated seconds) has every run count each transfer's bytes at its edges.
+                     policy: str = "ecmp", **unmodelled: Any) -> SimulatedFabric:
+    """The simulated twin of ``Emulation(graph, EmulationOptions(...))``.
 
     Raises
     ------
@@ -122,7 +116,7 @@ def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = No
     adaptive = (params_for_rate(plan.host_mbps, packet_bits=(packet_bytes or 1500) * 8,
                                 floor_s=DEFAULT_FLOOR_S * time_scale)
                 if policy == "adaptive" else None)
-    return SimulatedFabric(fabric, SimReport(plan), time_scale, adaptive, window)
+    return SimulatedFabric(fabric, SimReport(plan), time_scale, adaptive)
 
 
 def physical_host_mbps(graph: Any) -> float:
@@ -130,11 +124,10 @@ def physical_host_mbps(graph: Any) -> float:
     return Fabric(graph).host_bps / 1e6
 
 
-def estimate_s(graph: Any, host_mbps: float, seconds_per_host: float,
-               packet_bytes: int) -> float:
-    """Wall seconds to simulate every endpoint sending ``seconds_per_host`` of its
-    line rate (at ``host_mbps``) in ``packet_bytes`` packets."""
-    packets = len(fg.endpoints(graph)) * seconds_per_host * host_mbps * 1e6 / 8 / packet_bytes
+def estimate_s(graph: Any, packets_per_host: float) -> float:
+    """Wall seconds to simulate every endpoint sending ``packets_per_host`` packets (the
+    simulator's cost is per packet hop, whatever the rate)."""
+    packets = len(fg.endpoints(graph)) * packets_per_host
     # each packet crosses the switches' hops and the two host links; an ACK per 8 packets
     return SIM_RUN_OVERHEAD_S + packets * (mean_switch_hops(graph) + 1) * 1.125 \
         / SIM_PACKET_HOPS_PER_S
@@ -166,7 +159,7 @@ def run_simulated(fab: SimulatedFabric, runs: Iterable[Any], transport: Transpor
         where.mkdir(parents=True, exist_ok=True)
         return simulate(fab.fabric, run.transfers, transport, seed=run.seed,
                         deadline_s=deadline_s * fab.time_scale, workdir=where,
-                        window=fab.window, adaptive=fab.adaptive)
+                        window=run.window, adaptive=fab.adaptive)
 
     with ThreadPoolExecutor(max_workers=SIM_WORKERS) as pool:
         futures = [pool.submit(simulated, run) for run in runs]

@@ -1,10 +1,11 @@
-"""Workloads sized in seconds of line rate, and their throughput over line rate (pure).
+"""Workloads sized in packets, and their throughput over line rate (pure).
 
 The collisions experiment and the benchmarks that explain its figures run the
 same schedules: a stride or a random permutation (one flow per host, each of
-:data:`FLOW_S` seconds of its link), or a collective whose per-rank buffer
-takes :data:`BUFFER_S` seconds of the host link. Both lengths were chosen by
-measurement: see "Sizing the collisions workloads" in docs/benchmarks.md.
+:data:`FLOW_PACKETS` packets), or a collective whose per-rank buffer is
+:data:`BUFFER_PACKETS` packets. In packets, so a schedule is the same at every
+rate the machine picks (:mod:`fabric.traffic.sizing`); both lengths were
+chosen by measurement (docs/benchmarks.md, "Sizing the collisions workloads").
 """
 
 from __future__ import annotations
@@ -13,37 +14,40 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
-from fabric.traffic import collectives, synthetic
-from fabric.traffic.model import Transfer
+from fabric.traffic import collectives, sizing, synthetic
+from fabric.traffic.model import Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 ONE_FLOW_PATTERNS = synthetic.SYNTHETIC_PATTERNS  # one flow per host, measured by mean rate
 # Long enough for a sprayed flow's echoes to steer it off queueing paths (docs/benchmarks.md:
-# 0.93 / 0.95 / 0.96 of line rate at 1.5 / 3 / 6 s on the k=4 fat-tree).
-FLOW_S = 3.0
+# 0.93 / 0.95 / 0.96 of line rate at 206 / 412 / 824 packets on the k=4 fat-tree).
+FLOW_PACKETS = 1000
 # Long enough for a ring all-reduce's dependent steps to measure bandwidth, not latency
-# (docs/benchmarks.md: the ideal busbw is 0.935 of line rate at 6 s on rail-clos).
-BUFFER_S = 6.0
+# (docs/benchmarks.md: the ideal busbw is 0.935 / 0.945 of line rate at 1,358 / 2,716
+# packets on rail-clos).
+BUFFER_PACKETS = 2000
 
 
-def pattern_transfers(graph: Any, pattern: str, seed: int, host_mbps: float,
-                      seconds: float | None = None, dscp: int = 0
+def pattern_transfers(graph: Any, pattern: str, seed: int, transport: TransportSpec,
+                      packets: float | None = None, dscp: int = 0
                       ) -> tuple[list[Transfer], list[str], int | None]:
     """Schedule of one run, its ranks and its nccl-tests size (None for the one-flow
-    patterns). ``seconds`` of line rate sets each flow's bytes or each rank's buffer
-    (default :data:`FLOW_S`, :data:`BUFFER_S`); the permutation and the collectives
-    place their ranks at random (seeded), the stride by rail. Every transfer is in
-    service class ``dscp``."""
+    patterns). ``packets`` of ``transport`` set each flow's bytes or each rank's buffer
+    (default :data:`FLOW_PACKETS`, :data:`BUFFER_PACKETS`); the permutations and the
+    collectives place their ranks at random (seeded), the stride by rail. Every
+    transfer is in service class ``dscp``."""
     one_flow = pattern in ONE_FLOW_PATTERNS
-    length = seconds if seconds is not None else FLOW_S if one_flow else BUFFER_S
-    nbytes = int(host_mbps * 1e6 / 8 * length)
+    length = packets if packets is not None else FLOW_PACKETS if one_flow else BUFFER_PACKETS
+    nbytes = sizing.bytes_of(length, transport)
     if pattern == "stride":
         ranks = rank_hosts(graph, placement="rail")
         transfers, size = synthetic.stride(graph, ranks, nbytes), None
     else:
         ranks = rank_hosts(graph, placement="random", seed=seed)
-        if pattern == "permutation":
-            transfers, size = synthetic.permutation(ranks, nbytes, seed), None
+        if pattern in ("permutation", "permutation-interpod"):
+            groups = synthetic.pods(graph, ranks) if pattern == "permutation-interpod" else None
+            transfers = synthetic.permutation(ranks, nbytes, seed, tag=pattern, groups=groups)
+            size = None
         else:
             transfers, size = collectives.generate(pattern, ranks, nbytes), nbytes
     return [replace(t, dscp=dscp) for t in transfers], ranks, size

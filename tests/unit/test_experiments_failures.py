@@ -21,6 +21,8 @@ from fabric.traffic import ideal
 from fabric.traffic.model import Plan, ScheduleError, Transfer
 from tests import fake_emulation
 
+PACKET_S = 0.0025  # a packet time of the host link: flaps every 0.5 s
+
 
 @pytest.fixture(scope="module")
 def rail():
@@ -38,26 +40,28 @@ def test_each_scenario_touches_an_uplink_of_the_first_ranks_leaf(rail):
     leaf = next(iter(rail.neighbors(ranks[0])))
     link = failures.victim_link(rail, ranks)
     assert link[0] == leaf and rail.nodes[link[1]]["role"] == "spine"
-    down = failures.make_scenario("link-down", rail, ranks, t_line=4.0, horizon_s=40.0)
+    down = failures.make_scenario("link-down", rail, ranks, t_line=4.0, horizon_s=40.0,
+                                  packet_s=PACKET_S)
     assert [(a.at, a.up, a.links) for a in down.actions] == [
         (1.0, False, (link,)), (pytest.approx(2.6), True, (link,))]
-    slow = failures.make_scenario("degraded", rail, ranks, 4.0, 40.0)
+    slow = failures.make_scenario("degraded", rail, ranks, 4.0, 40.0, PACKET_S)
     assert slow.actions == () and slow.slow == (link,) and slow.links == (link,)
-    assert failures.make_scenario("healthy", rail, ranks, 4.0, 40.0).links == ()
+    assert failures.make_scenario("healthy", rail, ranks, 4.0, 40.0, PACKET_S).links == ()
 
 
 def test_flapping_alternates_every_half_period_until_the_horizon(rail):
     ranks = failures.ring_ranks(rail, 0)
-    flap = failures.make_scenario("flapping", rail, ranks, t_line=4.0, horizon_s=5.0)
+    flap = failures.make_scenario("flapping", rail, ranks, t_line=4.0, horizon_s=5.0,
+                                  packet_s=PACKET_S)
     assert [a.up for a in flap.actions] == [False, True] * 4
     gaps = [b.at - a.at for a, b in zip(flap.actions, flap.actions[1:])]
-    assert gaps == pytest.approx([failures.FLAP_PERIOD_S / 2] * 7)
+    assert gaps == pytest.approx([failures.FLAP_PERIOD_PACKETS * PACKET_S / 2] * 7)
     assert flap.actions[0].at == pytest.approx(1.0)
 
 
 def test_spine_down_cuts_every_link_of_one_spine_at_once(rail):
     ranks = failures.ring_ranks(rail, 0)
-    lost = failures.make_scenario("spine-down", rail, ranks, 4.0, 40.0)
+    lost = failures.make_scenario("spine-down", rail, ranks, 4.0, 40.0, PACKET_S)
     (action,) = lost.actions
     assert not action.up and {a for a, _ in action.links} == {lost.target}
     assert {b for _, b in action.links} == set(rail.neighbors(lost.target))
@@ -65,13 +69,14 @@ def test_spine_down_cuts_every_link_of_one_spine_at_once(rail):
 
 def test_a_fat_tree_loses_a_core(rail):
     graph = topologies.build("fat-tree")
-    lost = failures.make_scenario("spine-down", graph, failures.ring_ranks(graph, 0), 4.0, 40.0)
+    lost = failures.make_scenario("spine-down", graph, failures.ring_ranks(graph, 0), 4.0, 40.0,
+                                  PACKET_S)
     assert graph.nodes[lost.target]["role"] == "core"
 
 
 def test_unknown_scenario_and_fabrics_without_a_second_path_are_refused(rail, tmp_path):
     with pytest.raises(ValueError, match="unknown scenario"):
-        failures.make_scenario("meteor", rail, failures.ring_ranks(rail, 0), 4.0, 40.0)
+        failures.make_scenario("meteor", rail, failures.ring_ranks(rail, 0), 4.0, 40.0, PACKET_S)
     with pytest.raises(ScheduleError, match="top-tier"):
         failures.EXPERIMENT.check(RunContext(tmp_path, topo="leaf-spine,spines=1"))
     failures.EXPERIMENT.check(RunContext(tmp_path))  # the default fabric is fine

@@ -223,7 +223,7 @@ def _leaf(graph, endpoint):
 def test_isolation_iteration_on_rail_clos():
     graph = topologies.build("rail-clos")
     who = isolation.roles(graph)
-    transfers = isolation.iteration_transfers(graph, 7.5, True, who)
+    transfers = isolation.iteration_transfers(graph, True, who)
     validate_schedule(transfers, fg.endpoints(graph))
     ring = [t for t in transfers if t.tag.startswith(isolation.RING_TAG)]
     stor = [t for t in transfers if not t.tag.startswith(isolation.RING_TAG)]
@@ -245,17 +245,17 @@ def test_isolation_iteration_on_rail_clos():
     assert _leaf(graph, who.read_client) != _leaf(graph, who.writer)
     stripes = [t for t in stor if t.dst == who.read_client and "/stripe" in t.id]
     assert {t.src for t in stripes} == set(who.read_servers)
-    assert sum(t.bytes for t in stripes) == pytest.approx(isolation.storage_bytes(7.5), abs=4)
+    assert sum(t.bytes for t in stripes) == pytest.approx(isolation.storage_bytes(), abs=4)
     # the baseline is the same ring, alone
-    alone = isolation.iteration_transfers(graph, 7.5, False, who)
+    alone = isolation.iteration_transfers(graph, False, who)
     assert alone == ring
 
 
-def test_ring_size_takes_about_one_second_at_line_rate():
+def test_ring_size_is_its_packets_per_rank_at_line_rate():
     n = 8
-    size = isolation.ring_bytes(7.5, n)
-    per_rank_bits = 2 * (n - 1) / n * size * 8
-    assert per_rank_bits / 7.5e6 == pytest.approx(isolation.RING_S, rel=1e-3)
+    size = isolation.ring_bytes(n)
+    per_rank = 2 * (n - 1) / n * size
+    assert per_rank / 1448 == pytest.approx(isolation.RING_PACKETS, rel=1e-3)
 
 
 def test_isolation_needs_room_for_storage():
@@ -279,7 +279,7 @@ def test_isolation_quick_budget():
 def test_isolation_measure_splits_classes_and_catches_failures():
     graph = topologies.build("rail-clos")
     who = isolation.roles(graph)
-    transfers = isolation.iteration_transfers(graph, 7.5, True, who)
+    transfers = isolation.iteration_transfers(graph, True, who)
     result = fake_result(transfers, duration=lambda t: 0.05 if t.dscp == DSCP_COLLECTIVE
                          else 0.1)
     got = isolation.measure_iteration(result, 7.5, who.storage_endpoints_on_ring)
@@ -294,7 +294,7 @@ def test_isolation_measure_splits_classes_and_catches_failures():
     got = isolation.measure_iteration(failed, 7.5, 2)
     assert got["storage_goodput_frac"] is None and got["collective_ms"] is not None
     assert not completion_check(failed).ok
-    alone = fake_result(isolation.iteration_transfers(graph, 7.5, False, who))
+    alone = fake_result(isolation.iteration_transfers(graph, False, who))
     got = isolation.measure_iteration(alone, 7.5, 2)
     assert got["storage_goodput_frac"] is None and got["storage_bytes"] == 0
 

@@ -13,8 +13,10 @@ from fabric.analysis import results
 from fabric.emulation import fidelity
 from fabric.experiment.context import RunContext
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE
-from fabric.traffic.model import ScheduleError, validate_schedule
+from fabric.traffic.model import ScheduleError, TransportSpec, validate_schedule
 from tests.unit.test_experiments_incast_isolation import fake_result
+
+ROCE = TransportSpec("roce")
 
 
 def _leaf(graph, endpoint):
@@ -52,31 +54,31 @@ def test_too_small_a_fabric_is_refused(spec):
 
 def test_iteration_has_the_read_only_with_storage_and_the_probe_only_when_asked():
     who = lossless.roles(topologies.build("rail-clos"))
-    full = lossless.iteration_transfers(who, 5.0, True, True)
+    full = lossless.iteration_transfers(who, ROCE, True, True)
     validate_schedule(full, set(topologies.build("rail-clos")))
     tags = {t.tag.split("/")[0] for t in full}
     assert tags == {lossless.RING_TAG, lossless.READ_TAG, lossless.PROBE_TAG}
     read = [t for t in full if t.tag.startswith(lossless.READ_TAG) and t.dst == who.client]
     assert sum(t.bytes for t in read if t.src in who.servers) == pytest.approx(
-        lossless.read_bytes(5.0), abs=8)
+        lossless.read_bytes(ROCE), abs=8)
     assert {t.dscp for t in read} == {DSCP_STORAGE}
     assert {t.dscp for t in full if t.tag.startswith("ring")} == {DSCP_COLLECTIVE}
     probes = [t for t in full if t.tag == lossless.PROBE_TAG]
     assert len(probes) == lossless.PROBES and {t.dscp for t in probes} == {0}
     assert all(p.after == (q.id,) for q, p in zip(probes, probes[1:]))  # one at a time
-    alone = lossless.iteration_transfers(who, 5.0, False, False)
+    alone = lossless.iteration_transfers(who, ROCE, False, False)
     assert {t.tag.split("/")[0] for t in alone} == {lossless.RING_TAG}
 
 
 def test_measure_splits_ring_read_and_probe():
     who = lossless.roles(topologies.build("rail-clos"))
-    transfers = lossless.iteration_transfers(who, 5.0, True, True)
+    transfers = lossless.iteration_transfers(who, ROCE, True, True)
     durations = {lossless.PROBE_TAG: 0.002, lossless.READ_TAG: 0.05}
     result = fake_result(transfers, lambda t: durations.get(t.tag.split("/")[0], 0.1))
     got = lossless.measure_rows(result.transfer_rows(), 5.0)
     # 14 dependent ring steps of 0.1 s; the read: the requests, then every stripe at once
     assert got["ring_ms"] == pytest.approx(1400.0)
-    read_bytes = lossless.read_bytes(5.0) + 6 * 64  # the stripes and their requests
+    read_bytes = lossless.read_bytes(ROCE) + 6 * 64  # the stripes and their requests
     assert got["storage_goodput_frac"] == pytest.approx(read_bytes * 8 / 0.1 / 5e6, abs=1e-3)
     assert got["probe_p50_ms"] == pytest.approx(2.0) and got["probe_p99_ms"] == pytest.approx(2.0)
     failed = fake_result(transfers, fail={"probe/3"})
@@ -85,14 +87,15 @@ def test_measure_splits_ring_read_and_probe():
 
 
 def test_ideals_are_line_rate_less_the_roce_headers():
-    got = lossless.ideals(4096)
-    assert 1000 < got["ring_ideal_ms"] < 1000 * 4200 / 4096
+    got = lossless.ideals(4096, 10.0)
+    line_ms = lossless.RING_PACKETS * 4096 * 8 / 10e6 * 1e3
+    assert line_ms < got["ring_ideal_ms"] < line_ms * 4200 / 4096
     assert 4096 / 4200 < got["storage_goodput_ideal"] < 1.0
 
 
 def test_pause_link_seconds_sums_the_paused_links():
     who = lossless.roles(topologies.build("rail-clos"))
-    result = fake_result(lossless.iteration_transfers(who, 5.0, False, False))
+    result = fake_result(lossless.iteration_transfers(who, ROCE, False, False))
     assert lossless.pause_link_seconds(result) is None  # lossy: no flow-control check
     result.fidelity.append(fidelity.Check("lossless_drops", 0.0, 0.0, True, ""))
     result.flow_control = [{"link": "sp0>r0l0", "lane": 0, "pauses": 3, "pause_share": 0.5},

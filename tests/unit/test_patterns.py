@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import topologies
-from fabric.traffic.model import ScheduleError
+from fabric.traffic.model import ScheduleError, TransportSpec
 from fabric.traffic.patterns import PatternSpec, make_transfers
 from fabric.traffic.workloads import pattern_transfers
 
@@ -38,8 +38,8 @@ def test_too_many_storage_servers_is_refused():
 @pytest.mark.parametrize("pattern", ["stride", "permutation", "ring-allreduce"])
 def test_workload_transfers_carry_the_service_class_asked_for(pattern):
     graph = topologies.build("rail-clos")
-    marked, _, _ = pattern_transfers(graph, pattern, 0, 5.0, dscp=26)
-    plain, _, _ = pattern_transfers(graph, pattern, 0, 5.0)
+    marked, _, _ = pattern_transfers(graph, pattern, 0, TransportSpec("roce"), dscp=26)
+    plain, _, _ = pattern_transfers(graph, pattern, 0, TransportSpec("roce"))
     assert {t.dscp for t in marked} == {26} and {t.dscp for t in plain} == {0}
     assert [t.id for t in marked] == [t.id for t in plain]
 

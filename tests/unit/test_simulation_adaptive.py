@@ -42,8 +42,9 @@ class Recording(SimulatedController):
         return lines
 
 
-def adaptive_run(monkeypatch, spec: str, entropy: str, controller=Recording, seconds=3.0):
-    """A stride under the adaptive policy at MBPS; the run and its controller."""
+def adaptive_run(monkeypatch, spec: str, entropy: str, controller=Recording, packets=900):
+    """A stride of ``packets``-packet flows under the adaptive policy at MBPS; the run and
+    its controller."""
     graph = topologies.build(spec)
     made = []
 
@@ -53,7 +54,7 @@ def adaptive_run(monkeypatch, spec: str, entropy: str, controller=Recording, sec
 
     monkeypatch.setattr(sim_run, "SimulatedController", make)
     transport = TransportSpec("roce", rate_mbps=MBPS, entropy=entropy, entropy_ports=256)
-    transfers, _, _ = pattern_transfers(graph, "stride", 0, MBPS, seconds)
+    transfers, _, _ = pattern_transfers(graph, "stride", 0, transport, packets)
     params = params_for_rate(MBPS, packet_bits=transport.packet_bytes * 8)
     result = simulate(Fabric(graph, host_mbps=MBPS), transfers, transport, seed=0,
                       deadline_s=60.0, adaptive=params)
@@ -116,7 +117,7 @@ class OneUplink(SimulatedController):
 
 def test_the_simulator_routes_by_the_weights_it_is_given(monkeypatch) -> None:
     graph, params, result, ctl = adaptive_run(monkeypatch, "rail-clos", "recycle",
-                                              controller=OneUplink, seconds=1.0)
+                                              controller=OneUplink, packets=300)
     assert result.complete and ctl.rounds > 1
     leaf = "r0l0"
     ups = sorted(n for n in graph.neighbors(leaf) if fg.is_switch(graph, n))
@@ -131,7 +132,7 @@ def test_the_simulator_routes_by_the_weights_it_is_given(monkeypatch) -> None:
 
 def test_a_simulation_without_adaptive_has_no_telemetry() -> None:
     graph = topologies.build("rail-clos")
-    transfers, _, _ = pattern_transfers(graph, "stride", 0, MBPS, 0.2)
+    transfers, _, _ = pattern_transfers(graph, "stride", 0, TransportSpec("roce"), 60)
     result = simulate(Fabric(graph, host_mbps=MBPS), transfers,
                       TransportSpec("roce", rate_mbps=MBPS), seed=0)
     assert result.complete and result.telemetry is None
