@@ -48,7 +48,7 @@ from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, R
 from fabric.experiment.measures import against_ideal, as_float, ideal_rows
 from fabric.model import graph as fg
 from fabric.model.spec import parse_spec
-from fabric.traffic import collectives
+from fabric.traffic import collectives, sizing
 from fabric.traffic.model import ScheduleError, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
@@ -59,7 +59,11 @@ DEFAULT_TOPO = "rail-clos"
 OVERSUBSCRIPTIONS = (1, 2)
 PLACEMENTS = ("packed", "scattered")
 COLLECTIVE = "ring-allreduce"
-TARGET_S = {True: 1.0, False: 2.0}  # traffic time of one run at line rate (quick, full)
+# A run's traffic per rank at line rate in TCP segments (quick, full): the same at every
+# rate; 432 segments are 1 s at 5 Mbit/s
+TARGET_PACKETS = {True: 432, False: 864}
+TCP = TransportSpec("tcp")
+ESTIMATE_MBPS = 5.0  # the rate the wall-clock estimate assumes (a 2-core machine's)
 DEADLINE_FACTOR = 20.0
 # Wall-clock cost estimates (see experiments.zones): bring-up + idle check +
 # teardown, and one traffic run's fixed cost.
@@ -131,17 +135,17 @@ def oversubscription(graph: nx.Graph) -> int | float:
     return int(value) if value.is_integer() else value
 
 
-def ring_size(n: int, host_mbps: float, target_s: float) -> int:
-    """nccl-tests size whose ring all-reduce takes ``target_s`` at line rate."""
-    per_rank = int(host_mbps * 1e6 / 8 * target_s)
+def ring_size(n: int, packets: int) -> int:
+    """nccl-tests size whose ring all-reduce has each rank send ``packets`` segments."""
+    per_rank = sizing.bytes_of(packets, TCP)
     return max(n, int(per_rank / collectives.busbw_factor(COLLECTIVE, n)))
 
 
-def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
-              n: int | None = None) -> list[dict[str, Any]]:
+def schedules(graph: nx.Graph, seed: int, packets: int, n: int | None = None
+              ) -> list[dict[str, Any]]:
     """Every run of one seed on one fabric: ``{"placement", "ranks", "size", "transfers"}``."""
     n = n or leaf_size(graph)
-    size = ring_size(n, host_mbps, target_s)
+    size = ring_size(n, packets)
     out = []
     for placement in PLACEMENTS:
         ranks = placement_ranks(graph, placement, n, seed)
@@ -155,12 +159,12 @@ def estimate_duration_s(graphs: list[nx.Graph], quick: bool, seeds: int | None =
     """Wall-clock estimate of ``run`` (pure). A ring that crosses the spines is
     costed at half its uplink share (one ECMP collision), the worst seen case."""
     count = seeds or (2 if quick else 10)
-    target = TARGET_S[quick]
+    target = sizing.seconds_of(TARGET_PACKETS[quick], TCP, ESTIMATE_MBPS)
     total = 0.0
     for graph in graphs:
         total += BRINGUP_S
         for seed in range(count):
-            for run in schedules(graph, seed, 5.0, target):
+            for run in schedules(graph, seed, TARGET_PACKETS[quick]):
                 crossing = spine_crossing_share(graph, run["ranks"]) > 0
                 speed = uplink_frac(graph) / 2 if crossing else 1.0
                 total += RUN_OVERHEAD_S + target / speed
@@ -303,7 +307,7 @@ class Placement(Experiment):
             if leaf_size(graph) < 2:
                 raise ScheduleError(f"{NAME}: {spec} has fewer than two hosts under a leaf; "
                                     f"a packed ring needs two")
-            schedules(graph, 0, 1.0, TARGET_S[ctx.quick])
+            schedules(graph, 0, TARGET_PACKETS[ctx.quick])
 
     def run_count(self, ctx: RunContext) -> int:
         return len(self.topologies(ctx)) * len(self.seeds(ctx)) * len(PLACEMENTS)
@@ -317,25 +321,27 @@ class Placement(Experiment):
         specs = topology_specs(ctx.topo)
         graphs = {spec: topologies.build(spec) for _, spec in specs}
         n = leaf_size(graphs[specs[0][1]])
-        target = TARGET_S[ctx.quick]
+        packets = TARGET_PACKETS[ctx.quick]
         datapath = ovs.choose_datapath(ctx.options().datapath)
         host_mbps = ctx.host_mbps or common_host_mbps(list(graphs.values()), datapath)
         for over, spec in specs:
             graph = graphs[spec]
             with runner.bring_up(graph, host_mbps=host_mbps) as emu:
                 used = emu.report.rate_plan.host_mbps
+                target = sizing.seconds_of(packets, TCP, used)
                 runs = (Scheduled({"oversubscription": over, "placement": sched["placement"],
                                    "seed": seed}, sched["transfers"], seed,
                                   {**sched, "graph": graph, "spec": spec, "host_mbps": used,
                                    "link_mbps": emu.report.rate_plan.link_mbps})
                         for seed in self.seeds(ctx)
-                        for sched in schedules(graph, seed, used, target, n))
-                runner.run(emu, runs, TransportSpec("tcp"), f"over{over}", _row_of,
+                        for sched in schedules(graph, seed, packets, n))
+                runner.run(emu, runs, TCP, f"over{over}", _row_of,
                            deadline_s=max(30.0, DEADLINE_FACTOR * target))
         return Measured(
             {"topologies": [s for _, s in specs], "ranks": n, "collective": COLLECTIVE,
              "placements": PLACEMENTS, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
-             "target_s": target, "host_mbps": ctx.host_mbps or "auto (min of both fabrics)",
+             "work": {"target_packets": packets, "payload_bytes": TCP.payload_bytes},
+             "host_mbps": ctx.host_mbps or "auto (min of both fabrics)",
              "host_mbps_used": host_mbps},
             {"topologies": [s for _, s in specs], "ranks": n, "host_mbps": host_mbps,
              "uplink_frac": {str(o): uplink_frac(graphs[s]) for o, s in specs}})

@@ -46,7 +46,7 @@ from fabric.analysis import plotstyle
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
 from fabric.experiment.measures import against_ideal, as_float, ideal_rows
 from fabric.model import graph as fg
-from fabric.traffic import collectives, storage
+from fabric.traffic import collectives, sizing, storage
 from fabric.traffic.model import ScheduleError, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
@@ -58,7 +58,11 @@ JOB_PLACEMENTS = ("one-zone", "cross-zone", "cross-zone-contiguous")
 STORAGE_PLACEMENTS = ("storage-zone0", "storage-zone1")
 PLACEMENTS = JOB_PLACEMENTS + STORAGE_PLACEMENTS
 COLLECTIVE = "ring-allreduce"
-TARGET_S = {True: 1.0, False: 2.0}  # traffic time of one run at line rate (quick, full)
+# A run's traffic per endpoint at line rate in TCP segments (quick, full): the same at
+# every rate; 432 segments are 1 s at 5 Mbit/s
+TARGET_PACKETS = {True: 432, False: 864}
+TCP = TransportSpec("tcp")
+ESTIMATE_MBPS = 5.0  # the rate the wall-clock estimate assumes (a 2-core machine's)
 STORAGE_ROUNDS = 4
 # A stalled run fails after this many times its line-rate duration (at least 30 s).
 DEADLINE_FACTOR = 20.0
@@ -168,23 +172,18 @@ def stripe_path_check(graph: nx.Graph, paths: dict[str, list[str] | None],
     return off, unmeasured
 
 
-def line_rate_bytes(host_mbps: float, seconds: float) -> int:
-    """Bytes a host link moves in ``seconds``."""
-    return int(host_mbps * 1e6 / 8 * seconds)
-
-
-def ring_size(n: int, host_mbps: float, target_s: float) -> int:
-    """nccl-tests size whose ring all-reduce takes ``target_s`` at line rate."""
-    per_rank = line_rate_bytes(host_mbps, target_s)  # what each rank sends
+def ring_size(n: int, packets: int) -> int:
+    """nccl-tests size whose ring all-reduce has each rank send ``packets`` segments."""
+    per_rank = sizing.bytes_of(packets, TCP)  # what each rank sends
     return max(n, int(per_rank / collectives.busbw_factor(COLLECTIVE, n)))
 
 
-def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
-              n: int | None = None) -> list[dict[str, Any]]:
+def schedules(graph: nx.Graph, seed: int, packets: int, n: int | None = None
+              ) -> list[dict[str, Any]]:
     """Every run of one seed: ``{"placement", "transfers", "ranks", "size", "client",
     "zone", "stripes"}`` (job runs: ranks and size; storage runs: client, zone, stripe ids)."""
     n = n or job_size(graph)
-    size = ring_size(n, host_mbps, target_s)
+    size = ring_size(n, packets)
     runs = []
     for placement in JOB_PLACEMENTS:
         ranks = job_ranks(graph, placement, n, seed)
@@ -195,7 +194,7 @@ def schedules(graph: nx.Graph, seed: int, host_mbps: float, target_s: float,
     servers = fg.nodes_with_role(graph, "storage")
     if not servers:
         raise ScheduleError(f"{NAME}: the fabric has no storage nodes (two-zone,storage=...)")
-    block = max(len(servers), line_rate_bytes(host_mbps, target_s) // STORAGE_ROUNDS)
+    block = max(len(servers), sizing.bytes_of(packets, TCP) // STORAGE_ROUNDS)
     for zone, placement in enumerate(STORAGE_PLACEMENTS):
         client = storage_client(graph, zone, seed)
         transfers = storage.striped_read(client, servers, block, STORAGE_ROUNDS,
@@ -210,10 +209,10 @@ def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) 
     """Wall-clock estimate of ``run`` (pure): bring-up plus every run's fixed cost
     and its traffic time at the inter-zone bound (the worst case)."""
     count = seeds or (2 if quick else 10)
-    target = TARGET_S[quick]
+    target = sizing.seconds_of(TARGET_PACKETS[quick], TCP, ESTIMATE_MBPS)
     total = BRINGUP_S
     for seed in range(count):
-        for run in schedules(graph, seed, 5.0, target):
+        for run in schedules(graph, seed, TARGET_PACKETS[quick]):
             bound = ring_bound_frac(graph, run["ranks"]) if run["ranks"] else 1.0
             total += RUN_OVERHEAD_S + target / bound
     return total
@@ -373,7 +372,7 @@ class Zones(Experiment):
 
     def check(self, ctx: RunContext) -> None:
         """Refuse a topology without two zones of compute hosts and dual-homed storage."""
-        schedules(self.graph(ctx), 0, 1.0, TARGET_S[ctx.quick])
+        schedules(self.graph(ctx), 0, TARGET_PACKETS[ctx.quick])
 
     def run_count(self, ctx: RunContext) -> int:
         return len(self.seeds(ctx)) * len(PLACEMENTS)
@@ -386,20 +385,23 @@ class Zones(Experiment):
         spec = self.topologies(ctx)[0]
         graph = topologies.build(spec)
         n = job_size(graph)
-        target = TARGET_S[ctx.quick]
+        packets = TARGET_PACKETS[ctx.quick]
         with runner.bring_up(graph, host_mbps=ctx.host_mbps) as emu:
             host_mbps = emu.report.rate_plan.host_mbps
+            target = sizing.seconds_of(packets, TCP, host_mbps)
             runs = (Scheduled({"placement": sched["placement"], "seed": seed},
                               sched["transfers"], seed,
                               {**sched, "graph": graph, "host_mbps": host_mbps,
                                "link_mbps": emu.report.rate_plan.link_mbps})
                     for seed in self.seeds(ctx)
-                    for sched in schedules(graph, seed, host_mbps, target, n))
-            runner.run(emu, runs, TransportSpec("tcp"), "", _row_of,
+                    for sched in schedules(graph, seed, packets, n))
+            runner.run(emu, runs, TCP, "", _row_of,
                        deadline_s=max(30.0, DEADLINE_FACTOR * target))
         return Measured({"topology": spec, "ranks": n, "collective": COLLECTIVE,
                          "placements": PLACEMENTS, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
-                         "target_s": target, "storage_rounds": STORAGE_ROUNDS,
+                         "work": {"target_packets": packets,
+                                  "payload_bytes": TCP.payload_bytes},
+                         "storage_rounds": STORAGE_ROUNDS,
                          "host_mbps": ctx.host_mbps or "auto", "host_mbps_used": host_mbps},
                         {"topology": spec, "ranks": n})
 

@@ -94,7 +94,7 @@ def test_stripe_path_check_flags_paths_that_leave_the_zone(zgraph):
 
 def test_zone_schedules_validate(zgraph):
     hosts = fg.endpoints(zgraph)
-    runs = zones.schedules(zgraph, 1, 5.0, 1.0)
+    runs = zones.schedules(zgraph, 1, 432)
     assert [r["placement"] for r in runs] == list(zones.PLACEMENTS)
     for run in runs:
         validate_schedule(run["transfers"], hosts)
@@ -106,10 +106,10 @@ def test_zone_schedules_validate(zgraph):
             run["client"]}
 
 
-def test_zone_job_size_takes_about_the_target_time_at_line_rate(zgraph):
-    size = zones.ring_size(8, 5.0, 1.0)
+def test_zone_job_size_is_its_segments_per_rank(zgraph):
+    size = zones.ring_size(8, 432)
     per_rank = size * 2 * 7 / 8
-    assert per_rank * 8 / 5e6 == pytest.approx(1.0, rel=0.01)
+    assert per_rank / 1448 == pytest.approx(432, rel=0.01)
 
 
 def test_zones_quick_run_is_estimated_under_two_minutes(zgraph):
@@ -163,7 +163,7 @@ def test_uplink_share_and_common_host_rate(rgraphs):
 def test_placement_schedules_validate(rgraphs):
     for graph in rgraphs:
         for seed in range(3):
-            runs = placement.schedules(graph, seed, 7.5, 1.0)
+            runs = placement.schedules(graph, seed, 650)
             assert [r["placement"] for r in runs] == list(placement.PLACEMENTS)
             for run in runs:
                 validate_schedule(run["transfers"], fg.endpoints(graph))
@@ -195,7 +195,7 @@ def _rows(transfers, end=1.0, missing=()):
 
 
 def test_zone_rows_give_busbw_and_mark_incomplete_runs_invalid(zgraph):
-    job, _, _, read, _ = zones.schedules(zgraph, 0, 5.0, 1.0)
+    job, _, _, read, _ = zones.schedules(zgraph, 0, 432)
     row = zones.run_row(zgraph, job, 0, 5.0, _rows(job["transfers"]), {}, {}, True)
     assert row["busbw_frac"] == pytest.approx(1.0, rel=0.01) and row["valid"] is True
     assert row["interzone_bytes"] == 0 and row["ranks"] == 8
@@ -227,7 +227,7 @@ def test_zone_table_aggregates_seeds_and_counts_incomplete():
 
 def test_placement_rows_and_table(rgraphs):
     flat = rgraphs[0]
-    runs = placement.schedules(flat, 0, 7.5, 1.0)
+    runs = placement.schedules(flat, 0, 650)
     rows = []
     for run, end in zip(runs, (1.0, 2.0)):
         rows.append(placement.run_row(flat, "rail-clos", run, 0, 7.5,
