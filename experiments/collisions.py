@@ -44,7 +44,7 @@ NAME = "collisions"
 QUESTION = "How much line rate does per-flow ECMP lose to collisions, vs spraying and adaptive?"
 POLICIES = ("ecmp", "spray", "adaptive")
 PATTERNS = ("stride", "permutation", "ring-allreduce", "all-to-all")
-ABLATION_PATTERNS = ONE_FLOW_PATTERNS  # the transport ablation
+ABLATION_PATTERNS = ("stride", "permutation")  # the transport ablation: the main patterns
 ABLATION_CCS = ("swift", "dcqcn", "loss")  # on lossy Ethernet: "none" would only drop
 # The ablation's two efficiencies (1: the ideal; higher is better), each with what its
 # panels' titles and axis say it divides: rates measured over ideal, times ideal over
