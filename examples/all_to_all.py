@@ -4,7 +4,7 @@ import statistics
 
 import topologies
 from fabric.experiment import Experiment, Measured, Mode, Scheduled
-from fabric.traffic import collectives
+from fabric.traffic import collectives, sizing
 from fabric.traffic.placement import rank_hosts
 
 POLICIES = {"ecmp": "flow", "spray": "packet"}  # routing policy -> the senders' entropy
@@ -36,7 +36,7 @@ class AllToAll(Experiment):
             transport = ctx.roce(entropy=entropy)
             with runner.bring_up(graph, policy=policy, host_mbps=ctx.host_mbps,
                                  packet_bytes=transport.packet_bytes) as emu:
-                size = int(emu.report.rate_plan.host_mbps * 1e6 / 8)  # a buffer: 1 s of a link
+                size = sizing.bytes_of(300, transport)  # a buffer of 300 packets, at any rate
                 runs = [Scheduled({"policy": policy, "seed": seed},
                                   collectives.generate("all-to-all", rank_hosts(graph), size),
                                   seed) for seed in self.seeds(ctx)]

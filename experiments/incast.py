@@ -19,12 +19,15 @@ shares the incast's lane, not when it has a lane of its own. ``victim_slowdown``
 a victim's time over its time alone on the same fabric (the mean of the victims, and
 the worst).
 
-The stripe scales with the emulated link rate (docs/platform.md, "Incast anchor"):
-``64 KiB * host_mbps / 100`` (at least one segment), so a round lasts as
-long, in seconds, as a 64 KiB stripe at 100 Mbit/s. Only the client's link
-is busy, so the fabric runs at 12 Mbit/s per host (``DEFAULT_HOST_MBPS``),
-where a stripe is 6 segments and a round's first flights overflow a
-32-packet buffer from 6 senders on.
+The work is in TCP segments (:mod:`fabric.traffic.sizing`): a stripe is
+``STRIPE_PACKETS`` segments and a victim ``VICTIM_PACKETS``, so a round's first
+flights meet the buffers (in packets) the same way at every rate, and overflow a
+32-packet buffer from 6 senders on. Only the client's link is busy, so the fabric
+runs at 12 Mbit/s per host (``DEFAULT_HOST_MBPS``), where a round of 6-segment
+stripes lasts about as long as the anchor's 64 KiB stripes at 100 Mbit/s
+(docs/platform.md, "Incast anchor"). The minimum RTO is the kernel's, a time: at
+another ``--host-mbps`` a timeout costs a different number of rounds, so the
+goodput after a collapse (not where it starts) moves with the rate.
 
 Published anchor (docs/platform.md, 64 KB blocks, 32-packet buffer, 200 ms RTO,
 100 Mbit/s): 92 -> 42 -> 44 -> 21 -> 25 -> 29 Mbit/s at 1/2/4/8/12/16
@@ -51,7 +54,7 @@ from fabric.experiment.measures import mean_or_none, pause_summary, truthy
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import DSCP_COLLECTIVE, SINGLE_LANE, THREE_LANES
-from fabric.traffic import metrics
+from fabric.traffic import metrics, sizing
 from fabric.traffic.model import ScheduleError, Transfer, TransportSpec
 from fabric.traffic.patterns import PatternSpec, make_transfers
 from fabric.traffic.storage import incast_rounds
@@ -62,8 +65,7 @@ QUESTION = ("When does a striped read collapse under incast, and do a small mini
 # 25 hosts: the client, 16 senders, and beside them a victim flow's ends: one on a leaf
 # with no sender (or one), one on the client's leaf
 DEFAULT_TOPO = "leaf-spine,leaves=5,hosts_per_leaf=5"
-BASE_STRIPE_BYTES = 64 * 1024  # at 100 Mbit/s (docs/platform.md's anchor)
-MIN_STRIPE_BYTES = 1448  # one full TCP segment
+STRIPE_PACKETS = 6  # TCP segments per stripe: ~64 KiB at 100 Mbit/s lasts as long at 12
 DEFAULT_RTO_MS = 200  # Linux's TCP_RTO_MIN
 ANCHOR_BUFFER_PKTS = 32  # the buffer of the published curve
 # Only the client's link and the victims' are busy (the senders share the client's
@@ -73,7 +75,8 @@ BUSY_LINKS = 5
 # sees senders x the host rate for a moment. With 16 senders the mean input
 # delay reached 0.86 ms at 20 Mbit/s (threshold 1 ms) and 0.84 ms at 15.
 DEFAULT_HOST_MBPS = 12.0
-SEGMENT_BYTES = 1448
+TCP = TransportSpec("tcp")
+SEGMENT_BYTES = TCP.payload_bytes
 INITIAL_WINDOW = 10  # segments a new (or idle-restarted) TCP connection sends at once
 IDLE_BYTES = 1_000_000  # what the runner's idle-path check sends
 VICTIM_TAG = "victim"
@@ -93,7 +96,7 @@ QUICK_BUDGET_S = 150.0
 FABRICS = {"lossy": None, "lossless": FlowControl()}
 LANE_SETTINGS = {"shared": SINGLE_LANE, "separate": THREE_LANES}
 VICTIM_DSCP = DSCP_COLLECTIVE  # the incast is storage (DSCP 10)
-VICTIM_S = 1.0  # each victim's bytes, in seconds of its link at line rate
+VICTIM_PACKETS = 1000  # each victim's TCP segments (~1 s at 12 Mbit/s)
 VICTIMS = 4     # victim flows: as many as paths between two leaves of the default fabric
 
 
@@ -164,11 +167,9 @@ def run_configs(grid: Grid, seeds: Sequence[int]) -> list[RunConfig]:
     return out
 
 
-def stripe_bytes(host_mbps: float) -> int:
-    """Bytes per stripe: 64 KiB at 100 Mbit/s, scaled with the link rate (>= 1 segment)."""
-    if not host_mbps > 0:
-        raise ValueError(f"host_mbps must be > 0, got {host_mbps}")
-    return max(MIN_STRIPE_BYTES, int(BASE_STRIPE_BYTES * host_mbps / 100))
+def stripe_bytes() -> int:
+    """Bytes per stripe: ``STRIPE_PACKETS`` full TCP segments, at every rate."""
+    return sizing.bytes_of(STRIPE_PACKETS, TCP)
 
 
 def burst_pkts(senders: int, stripe: int) -> int:
@@ -221,10 +222,9 @@ def victim_pairs(graph: nx.Graph, grid: Grid) -> list[tuple[str, str]]:
     return list(zip(srcs, dsts))[:VICTIMS]
 
 
-def victim_transfers(graph: nx.Graph, grid: Grid, host_mbps: float) -> list[Transfer]:
-    """The victims: ``VICTIM_S`` of their links at line rate each, in the collective
-    class."""
-    return [Transfer(f"{VICTIM_TAG}/{i}", src, dst, int(host_mbps * 1e6 / 8 * VICTIM_S),
+def victim_transfers(graph: nx.Graph, grid: Grid) -> list[Transfer]:
+    """The victims: ``VICTIM_PACKETS`` segments each, in the collective class."""
+    return [Transfer(f"{VICTIM_TAG}/{i}", src, dst, sizing.bytes_of(VICTIM_PACKETS, TCP),
                      dscp=VICTIM_DSCP, tag=VICTIM_TAG)
             for i, (src, dst) in enumerate(victim_pairs(graph, grid))]
 
@@ -236,14 +236,15 @@ def estimate_s(configs: Sequence[RunConfig], host_mbps: float, rounds: int) -> f
     block at line rate plus a round trip plus (pessimistically) one minimum
     RTO whenever more than one sender takes part.
     """
-    stripe = stripe_bytes(host_mbps)
+    stripe = stripe_bytes()
+    victim_s = sizing.seconds_of(VICTIM_PACKETS, TCP, host_mbps)
     bringups = len({c.bring_up for c in configs})
     total = bringups * (BRINGUP_S + TEARDOWN_S + RUN_OVERHEAD_S
                         + IDLE_BYTES * 8 / (host_mbps * 1e6))
     for c in configs:
         block_s = stripe * c.senders * 8 / (host_mbps * 1e6)
         rto_s = c.rto_min_ms / 1e3 if c.senders > 1 and c.fabric == "lossy" else 0.0
-        total += RUN_OVERHEAD_S + RTO_SET_S + max(VICTIM_S,
+        total += RUN_OVERHEAD_S + RTO_SET_S + max(victim_s,
                                                   rounds * (block_s + RTT_S + rto_s))
     return total
 
@@ -338,7 +339,7 @@ def notes_for(host_mbps: float, stripe: int, grid: Grid) -> list[str]:
         f"lossless rows: link-level flow control on the {ANCHOR_BUFFER_PKTS}-packet buffer; "
         f"nothing is dropped, the incast pauses its upstream links (pause_hop1: into the "
         f"client's leaf, 2: into the spines, 3: the senders' NICs); the {VICTIMS} victim "
-        f"flows ({VICTIM_S:g} s of a link each, from another leaf to the client's) share "
+        f"flows ({VICTIM_PACKETS:,} segments each, from another leaf to the client's) share "
         f"those links but not the client's port: victim_slowdown is a victim's time over "
         f"its time alone (mean, and the worst), in the incast's lane (shared) and in its "
         f"own (separate)",
@@ -546,16 +547,18 @@ class Incast(Experiment):
                 host_mbps = emu.report.rate_plan.host_mbps
                 rates.add(host_mbps)
                 mine = [c for c in configs if c.bring_up == (fabric, lanes, buffer_pkts)]
-                runner.run(emu, _schedules(graph, grid, mine, host_mbps), TransportSpec("tcp"),
+                runner.run(emu, _schedules(graph, grid, mine, host_mbps), TCP,
                            f"{fabric}-{lanes}-q{buffer_pkts}", _row_function(runner, graph),
                            deadline_s=30.0 if ctx.quick else 60.0)
                 set_rto_min(emu, fg.endpoints(graph), DEFAULT_RTO_MS)
         host_mbps = min(rates)
-        stripe = stripe_bytes(host_mbps)
+        stripe = stripe_bytes()
         return Measured(
             {"topology": topo, "senders": grid.senders, "buffers_pkts": grid.buffers,
              "fabrics": list(FABRICS), "lossless_senders": grid.lossless_senders,
-             "victims": victim_pairs(graph, grid), "victim_s": VICTIM_S,
+             "victims": victim_pairs(graph, grid),
+             "work": {"stripe_packets": STRIPE_PACKETS, "victim_packets": VICTIM_PACKETS,
+                      "payload_bytes": TCP.payload_bytes},
              "rto_min_ms": grid.rtos, "admission": [a or 0 for a in grid.admissions],
              "rounds": grid.rounds, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
              "host_mbps": host_mbps, "stripe_bytes": stripe,
@@ -629,8 +632,8 @@ def _schedules(graph: nx.Graph, grid: Grid, configs: list[RunConfig], host_mbps:
     sender). Every endpoint's minimum RTO is set before every run (200 explicitly):
     nothing is stale."""
     endpoints = fg.endpoints(graph)
-    stripe = stripe_bytes(host_mbps)
-    victims = victim_transfers(graph, grid, host_mbps)
+    stripe = stripe_bytes()
+    victims = victim_transfers(graph, grid)
     for cfg in configs:
         spec = pattern_spec(max(cfg.senders, 1), stripe, grid.rounds, cfg.admission)
         transfers, client, servers = incast_transfers(graph, spec)

@@ -15,9 +15,11 @@ run as NCCL runs them (:mod:`fabric.traffic.collectives`): rings in
 so the replay is the job slowed down by a factor ``D`` (``dilation`` in the
 summary): every compute gap is multiplied by ``D`` and every size by ``D x
 emulated rate / physical rate``, which keeps the ratio of communication to
-compute the cluster's. ``D`` is chosen so that the busiest rank's fabric bytes
-of a step take :data:`TARGET_COMM_S` seconds at the emulated rate, or smaller when
-the step's compute would take longer than :data:`MAX_COMPUTE_S`. Step times
+compute the cluster's. The sizes are chosen in packets (:mod:`fabric.traffic.sizing`),
+so the replay is the same at every emulated rate: the busiest rank's fabric bytes of
+a step become :data:`TARGET_COMM_PACKETS` full packets, or fewer when the step's
+compute would then last longer than :data:`MAX_COMPUTE_PACKET_TIMES` packet times
+of a host link; ``D`` follows from the rate. Step times
 are reported in the job's own time (emulated seconds / ``D``), beside the ideal:
 the same schedule through the fluid model of a perfect transport on the paths
 the run used (:func:`fabric.analysis.report.ideal_spans`).
@@ -56,7 +58,8 @@ from fabric.experiment.measures import as_float
 from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
-from fabric.traffic.model import SPRAY_ENTROPY_PORTS, Transfer
+from fabric.traffic import sizing
+from fabric.traffic.model import SPRAY_ENTROPY_PORTS, Transfer, TransportSpec
 from fabric.traffic.trace import Workload, load_trace
 from fabric.traffic.trace.place import PLACEMENTS, endpoint_servers, place_ranks
 from fabric.traffic.trace.report import collective_times, key_of, step_times
@@ -69,10 +72,11 @@ QUESTION = ("How long does a training job's step take on the fabric, how much of
 DEFAULT_TOPO = "rail-clos"
 DEFAULT_TRACE = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces" / "kineto"
 POLICIES = ("ecmp", "spray", "adaptive")
-# the busiest rank's fabric bytes of one step, in seconds at the emulated rate (quick, full)
-TARGET_COMM_S = {True: 0.3, False: 0.8}
-# ... unless a step's compute would then take longer than this, emulated seconds
-MAX_COMPUTE_S = {True: 1.5, False: 4.0}
+# the busiest rank's fabric bytes of one step, in full packets (quick, full; 0.3 and 0.8 s
+# of 4 KiB roce packets at 12.5 Mbit/s)...
+TARGET_COMM_PACKETS = {True: 112, False: 300}
+# ... unless a step's compute would then last longer than this, in packet times
+MAX_COMPUTE_PACKET_TIMES = {True: 560, False: 1500}
 CHUNKS = 4  # pieces per collective step (the benchmarks: 4 or more keep the ring busy)
 DEADLINE_FACTOR = 20.0
 BRINGUP_S = 10.0
@@ -209,23 +213,30 @@ def step_compute_s(jobs: list[Job]) -> float:
     return most
 
 
-def dilation_of(graph: Any, jobs: list[Job], placed: Mapping[str, list[str]],
-                quick: bool) -> float:
-    """Emulated seconds per second of the job (module docstring): the busiest step's
-    fabric bytes take :data:`TARGET_COMM_S` at the emulated rate, unless its compute
-    would then take longer than :data:`MAX_COMPUTE_S` (a job that hardly communicates
-    is not stretched for its few bytes)."""
-    comm = TARGET_COMM_S[quick] * physical_gbps(graph) * 1e9 / 8 / busiest_step_bytes(
-        graph, jobs, placed)
+def byte_scale_of(graph: Any, jobs: list[Job], placed: Mapping[str, list[str]],
+                  transport: TransportSpec, quick: bool) -> float:
+    """Emulated bytes per byte of the job (module docstring), the same at every rate: the
+    busiest step's fabric bytes become :data:`TARGET_COMM_PACKETS` packets of
+    ``transport``, unless its compute would then last longer than
+    :data:`MAX_COMPUTE_PACKET_TIMES` packet times (a job that hardly communicates is not
+    stretched for its few bytes)."""
+    comm = (sizing.bytes_of(TARGET_COMM_PACKETS[quick], transport)
+            / busiest_step_bytes(graph, jobs, placed))
     compute = step_compute_s(jobs)
-    return min(comm, MAX_COMPUTE_S[quick] / compute) if compute > 0 else comm
+    if compute <= 0:
+        return comm
+    # a second of the job lasts byte_scale x the physical rate's bits on an emulated link
+    packet_times_per_s = physical_gbps(graph) * 1e9 / (transport.packet_bytes * 8)
+    return min(comm, MAX_COMPUTE_PACKET_TIMES[quick] / (compute * packet_times_per_s))
 
 
 def scales(graph: Any, jobs: list[Job], placed: Mapping[str, list[str]], host_mbps: float,
-           quick: bool) -> tuple[float, float]:
-    """``(byte_scale, dilation)`` of a replay at ``host_mbps`` (module docstring)."""
-    dilation = dilation_of(graph, jobs, placed, quick)
-    return dilation * host_mbps / (physical_gbps(graph) * 1e3), dilation
+           transport: TransportSpec, quick: bool) -> tuple[float, float]:
+    """``(byte_scale, dilation)`` of a replay at ``host_mbps`` (module docstring): the
+    dilation is the emulated seconds per second of the job that the byte scale takes at
+    this rate."""
+    byte_scale = byte_scale_of(graph, jobs, placed, transport, quick)
+    return byte_scale, byte_scale * physical_gbps(graph) * 1e3 / host_mbps
 
 
 def _replay(graph: Any, job: Job, endpoints: list[str], byte_scale: float,
@@ -241,11 +252,12 @@ def scenarios(jobs: list[Job]) -> list[tuple[str, list[Job]]]:
     return out + ([("together", list(jobs))] if len(jobs) > 1 else [])
 
 
-def run_seconds(graph: Any, jobs: list[Job], quick: bool) -> float:
-    """Emulated seconds of the jobs' steps at line rate, all after one another (pure, any
-    host rate): the dilated compute and communication of every rank's busiest step."""
+def run_seconds(graph: Any, jobs: list[Job], host_mbps: float, transport: TransportSpec,
+                quick: bool) -> float:
+    """Emulated seconds of the jobs' steps at line rate, all after one another (pure): the
+    dilated compute and communication of every rank's busiest step at ``host_mbps``."""
     placed = place_jobs(graph, jobs, 0)
-    dilation = dilation_of(graph, jobs, placed, quick)
+    _, dilation = scales(graph, jobs, placed, host_mbps, transport, quick)
     comm = busiest_step_bytes(graph, jobs, placed) * 8 / (physical_gbps(graph) * 1e9)
     steps = max(len({op.step for program in j.workload.programs for op in program})
                 for j in jobs)
@@ -320,11 +332,11 @@ def _row_function(runner: Runner, emu: Emulation, spray: bool) -> Any:
     return row_of
 
 
-def _runs(graph: Any, jobs: list[Job], policy: str, host_mbps: float, seeds: list[int],
-          quick: bool) -> Iterator[Scheduled]:
+def _runs(graph: Any, jobs: list[Job], policy: str, host_mbps: float,
+          transport: TransportSpec, seeds: list[int], quick: bool) -> Iterator[Scheduled]:
     for seed in seeds:
         placed = place_jobs(graph, jobs, seed)
-        byte_scale, dilation = scales(graph, jobs, placed, host_mbps, quick)
+        byte_scale, dilation = scales(graph, jobs, placed, host_mbps, transport, quick)
         for scenario, members in scenarios(jobs):
             schedules = {j.name: _replay(graph, j, placed[j.name], byte_scale, dilation)
                          for j in members}
@@ -463,25 +475,33 @@ class ReplayExperiment(Experiment):
         return len(POLICIES) * len(self.seeds(ctx)) * len(scenarios(jobs_of(ctx)))
 
     def estimate_s(self, ctx: RunContext) -> float:
-        jobs = jobs_of(ctx)
-        per_run = run_seconds(self.graph(ctx), jobs, ctx.quick) + RUN_OVERHEAD_S
+        jobs, graph = jobs_of(ctx), self.graph(ctx)
+        per_run = RUN_OVERHEAD_S + run_seconds(graph, jobs, self._base_mbps(ctx, graph),
+                                               ctx.roce(), ctx.quick)
         return len(POLICIES) * (BRINGUP_S + len(self.seeds(ctx)) * len(scenarios(jobs)) * per_run)
+
+    @staticmethod
+    def _base_mbps(ctx: RunContext, graph: Any) -> float:
+        """The host rate asked of every bring-up: the user's, or what the fabric sustains."""
+        return ctx.host_mbps or default_host_mbps(graph, packet_bytes=ctx.roce().packet_bytes,
+                                                  headroom=capacity.ROCE_RATE_HEADROOM)
 
     def measure(self, ctx: RunContext, runner: Runner) -> Measured:
         """One bring-up per policy; per seed, every job alone and all together."""
         jobs, graph = jobs_of(ctx), self.graph(ctx)
-        base = ctx.host_mbps or default_host_mbps(graph, packet_bytes=ctx.roce().packet_bytes,
-                                                  headroom=capacity.ROCE_RATE_HEADROOM)
-        deadline = DEADLINE_FACTOR * max(5.0, run_seconds(graph, jobs, ctx.quick))
+        base = self._base_mbps(ctx, graph)
         for policy in POLICIES:
             entropy = "flow" if policy == "ecmp" else ctx.get(SPRAY_ENTROPY)
+            transport = ctx.roce(entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS)
             with runner.bring_up(graph, host_mbps=base, packet_bytes=ctx.roce().packet_bytes,
                                  policy=policy) as emu:
                 rate = emu.report.rate_plan.host_mbps
-                runner.run(emu, _runs(graph, jobs, policy, rate, self.seeds(ctx), ctx.quick),
-                           ctx.roce(entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS),
-                           f"{policy}-{rate:g}", _row_function(runner, emu, entropy != "flow"),
-                           deadline_s=deadline)
+                deadline = DEADLINE_FACTOR * max(5.0, run_seconds(graph, jobs, rate, transport,
+                                                                  ctx.quick))
+                runner.run(emu, _runs(graph, jobs, policy, rate, transport, self.seeds(ctx),
+                                      ctx.quick),
+                           transport, f"{policy}-{rate:g}",
+                           _row_function(runner, emu, entropy != "flow"), deadline_s=deadline)
         return Measured(
             {"topology": ctx.topo or DEFAULT_TOPO, "policies": POLICIES,
              "jobs": {j.name: {"trace": j.workload.source, "ranks": j.workload.ranks,
@@ -489,7 +509,9 @@ class ReplayExperiment(Experiment):
              "transport": "roce", "cc": ctx.roce().cc, "roce_mtu": ctx.roce().mtu_payload,
              "chunks": CHUNKS,
              "spray_entropy": ctx.get(SPRAY_ENTROPY), "host_mbps": ctx.host_mbps or "auto",
-             "target_comm_s": TARGET_COMM_S[ctx.quick]},
+             "work": {"busiest_step_packets": TARGET_COMM_PACKETS[ctx.quick],
+                      "longest_compute_packet_times": MAX_COMPUTE_PACKET_TIMES[ctx.quick],
+                      "payload_bytes": ctx.roce().payload_bytes}},
             {"jobs": [j.name for j in jobs], "physical_gbps": physical_gbps(graph)})
 
     def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

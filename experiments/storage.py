@@ -6,7 +6,7 @@ storage nodes (or, on fabrics without them, the last ``STORAGE_SERVERS``
 compute endpoints) serve the other compute endpoints, the training hosts.
 
 ``dataloading``: every training host runs a step loop. A step computes for
-``COMPUTE_S`` and needs its batch, which the host's data loader asked for
+``COMPUTE_PACKET_TIMES`` packet times of its link and needs its batch, which the host's data loader asked for
 when the previous step started (one prefetched batch, striped over every
 storage server). A step that starts late waited for its batch: that wait is
 the stall. The batch is sized so that, with every host fetching at once,
@@ -17,14 +17,16 @@ storage 30 %, default 20 % of every link).
 
 ``stampede``: after a simulated restart, ``clients`` training hosts read the
 whole checkpoint (``SHARDS_PER_SERVER`` shards per storage server, one
-client's checkpoint takes ``RESTORE_S`` at line rate) at once. Sources:
+client's checkpoint is ``RESTORE_PACKETS`` TCP segments) at once. Sources:
 ``storage`` (every shard from its storage server), ``cache`` (a peer cache:
 ``HIT_RATE`` of the shards held by the training hosts, each shard by one,
 the rest from storage), ``admission`` (storage, with at most ``ADMISSION``
 reads outstanding per client, as 3FS's request-to-send) and
 ``cache+admission`` (both: a cached read fans in from many peers at once).
 
-Every figure stands beside its ideal: what the busiest endpoint link allows
+Work is sized in TCP segments and packet times (:mod:`fabric.traffic.sizing`), so the
+schedule is the same at every link rate; only its length in seconds follows from the
+rate. Every figure stands beside its ideal: what the busiest endpoint link allows
 at line rate (payload plus TCP/IP headers), with no contention in the core.
 
 Anchors (Meta's AI storage blueprint): a distributed cache with an 80 %
@@ -48,7 +50,7 @@ from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, R
 from fabric.experiment.measures import mean_or_none, truthy
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES, LaneConfig
-from fabric.traffic import collectives, metrics
+from fabric.traffic import collectives, metrics, sizing
 from fabric.traffic.ideal import transport_overhead
 from fabric.traffic.model import ScheduleError, Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts
@@ -64,13 +66,16 @@ LANES: dict[str, LaneConfig] = {"shared": SINGLE_LANE, "separate": THREE_LANES}
 CONDITIONS = {"alone": ("shared", False), "shared": ("shared", True),
               "separate": ("separate", True)}  # condition -> (lanes, with the ring)
 SOURCES = ("storage", "cache", "admission", "cache+admission")
-COMPUTE_S = 1.0        # one training step's compute
+# In TCP segments and packet times, the same at every rate (fabric.traffic.sizing);
+# 432 packet times are ~1 s at 5 Mbit/s.
+COMPUTE_PACKET_TIMES = 432  # one training step's compute, in packet times of a host link
 STORAGE_LOAD = 0.7     # of the storage links, when every host fetches once per step
-RESTORE_S = 1.0        # one client's checkpoint, in seconds of its link at line rate
+RESTORE_PACKETS = 432  # one client's checkpoint, in segments
 SHARDS_PER_SERVER = 5  # with an 80 % hit rate, one shard per server misses the cache
 HIT_RATE = 0.8         # Meta's average distributed-cache hit rate
 ADMISSION = 4          # reads outstanding per client under request-to-send admission
 LOAD_TAG, RING_TAG, RESTORE_TAG = "load", "ring", "restore"
+TCP = TransportSpec("tcp")
 TCP_WIRE = transport_overhead("tcp").data  # wire bytes per payload byte
 
 # Time budget model: as experiments.incast (docs/platform.md, "Time budget").
@@ -134,42 +139,47 @@ def _bytes_per_s(host_mbps: float) -> float:
     return host_mbps * 1e6 / 8
 
 
-def batch_bytes(host_mbps: float, clients: int, links: int) -> int:
-    """One batch, so that every client fetching once per step loads the storage links
-    ``STORAGE_LOAD``."""
-    return int(STORAGE_LOAD * links * _bytes_per_s(host_mbps) * COMPUTE_S / clients)
+def compute_s(host_mbps: float) -> float:
+    """Seconds of one step's compute (``COMPUTE_PACKET_TIMES``) at ``host_mbps``."""
+    return sizing.seconds_of(COMPUTE_PACKET_TIMES, TCP, host_mbps)
 
 
-def ring_bytes(host_mbps: float, ranks: int, steps: int) -> int:
+def batch_bytes(clients: int, links: int) -> int:
+    """One batch, so that every client fetching once per step loads the storage links'
+    packets ``STORAGE_LOAD``."""
+    return int(STORAGE_LOAD * links * sizing.bytes_of(COMPUTE_PACKET_TIMES, TCP) / clients)
+
+
+def ring_bytes(ranks: int, steps: int) -> int:
     """nccl-tests size whose ring all-reduce lasts the step loop at line rate."""
-    return int(_bytes_per_s(host_mbps) * steps * COMPUTE_S
+    return int(sizing.bytes_of(steps * COMPUTE_PACKET_TIMES, TCP)
                / collectives.busbw_factor("ring_allreduce", ranks))
 
 
-def shard_bytes(host_mbps: float, shards: int) -> int:
-    """One checkpoint shard: a checkpoint takes ``RESTORE_S`` of a link at line rate."""
-    return max(1, int(_bytes_per_s(host_mbps) * RESTORE_S / shards))
+def shard_bytes(shards: int) -> int:
+    """One checkpoint shard of a ``RESTORE_PACKETS`` checkpoint."""
+    return max(1, sizing.bytes_of(RESTORE_PACKETS, TCP) // shards)
 
 
 def loading_transfers(who: Roles, condition: str, host_mbps: float, steps: int,
                       links: int) -> list[Transfer]:
-    """Every training host's step loop, plus the ring all-reduce if the condition has it."""
+    """Every training host's step loop, plus the ring all-reduce if the condition has it
+    (``host_mbps`` gives the compute its seconds; the bytes do not depend on it)."""
     if condition not in CONDITIONS:
         raise ValueError(f"unknown condition {condition!r}; one of {sorted(CONDITIONS)}")
-    nbytes = batch_bytes(host_mbps, len(who.training), links)
+    nbytes = batch_bytes(len(who.training), links)
     out: list[Transfer] = []
     for i, host in enumerate(who.training):
-        out += dataloader(host, who.servers, nbytes, steps, COMPUTE_S, dscp=DSCP_STORAGE,
-                          tag=f"{LOAD_TAG}/c{i}")
+        out += dataloader(host, who.servers, nbytes, steps, compute_s(host_mbps),
+                          dscp=DSCP_STORAGE, tag=f"{LOAD_TAG}/c{i}")
     if CONDITIONS[condition][1]:
         out += collectives.ring_allreduce(list(who.training),
-                                          ring_bytes(host_mbps, len(who.training), steps),
+                                          ring_bytes(len(who.training), steps),
                                           dscp=DSCP_COLLECTIVE, tag=RING_TAG)
     return out
 
 
-def restore_transfers(who: Roles, source: str, clients: int, host_mbps: float
-                      ) -> list[Transfer]:
+def restore_transfers(who: Roles, source: str, clients: int) -> list[Transfer]:
     """The first ``clients`` training hosts restore the checkpoint from ``source``."""
     readers = list(who.training[:clients])
     shards = SHARDS_PER_SERVER * len(who.servers)
@@ -179,7 +189,7 @@ def restore_transfers(who: Roles, source: str, clients: int, host_mbps: float
         sources = storage_sources(len(readers), who.servers, shards)
     else:
         raise ValueError(f"unknown source {source!r}; one of {SOURCES}")
-    return checkpoint_restore(readers, sources, shard_bytes(host_mbps, shards),
+    return checkpoint_restore(readers, sources, shard_bytes(shards),
                               admission=ADMISSION if source.endswith("admission") else None,
                               dscp=DSCP_STORAGE, tag=RESTORE_TAG)
 
@@ -208,10 +218,12 @@ def estimate_s(mode: StorageMode, seeds: int, who: Roles, host_mbps: float) -> f
     (stalls); a stampede run its slowest link's bytes, twice over, plus one
     200 ms RTO.
     """
-    loading = len(CONDITIONS) * seeds * (RUN_OVERHEAD_S + 2 * (mode.steps + 1) * COMPUTE_S)
+    step_s = compute_s(host_mbps)
+    loading = len(CONDITIONS) * seeds * (RUN_OVERHEAD_S + 2 * (mode.steps + 1) * step_s)
+    restore_s = sizing.seconds_of(RESTORE_PACKETS, TCP, host_mbps)
     stampede = 0.0
     for clients in clients_of(mode, who):
-        slowest = max(RESTORE_S, clients * RESTORE_S / len(who.servers))
+        slowest = max(restore_s, clients * restore_s / len(who.servers))
         stampede += len(SOURCES) * seeds * (RUN_OVERHEAD_S + 2 * slowest + 0.2)
     bringups = len(LANES) * (BRINGUP_S + TEARDOWN_S + RUN_OVERHEAD_S
                              + IDLE_BYTES * 8 / (host_mbps * 1e6))
@@ -236,8 +248,10 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else round(value * 1e3, 1)
 
 
-def fetch_records(result: Any, who: Roles, steps: int) -> list[dict[str, Any]]:
-    """One row per client and batch: when it was asked for, arrived, and the step's stall.
+def fetch_records(result: Any, who: Roles, steps: int, step_s: float
+                  ) -> list[dict[str, Any]]:
+    """One row per client and batch: when it was asked for, arrived, and the step's stall
+    (``step_s``: one step's compute, in seconds).
 
     ``fetch_ms`` is None for a batch that did not fully arrive; the stall of
     a step is None from the first missing batch on.
@@ -253,11 +267,11 @@ def fetch_records(result: Any, who: Roles, steps: int) -> list[dict[str, Any]]:
             issued.append(min(reqs) if None not in reqs else None)
             arrived.append(max(ends) if None not in ends else None)
         known = next((k for k, a in enumerate(arrived) if a is None), steps)
-        starts = step_times(arrived[:known], COMPUTE_S)
+        starts = step_times(arrived[:known], step_s)
         for k in range(steps):
             fetch = (arrived[k] - issued[k] if arrived[k] is not None and issued[k] is not None
                      else None)
-            stall = starts[k] - starts[k - 1] - COMPUTE_S if 0 < k < known else None
+            stall = starts[k] - starts[k - 1] - step_s if 0 < k < known else None
             out.append({"client": host, "batch": k, "fetch_ms": _ms(fetch),
                         "stall_ms": _ms(stall)})
     return out
@@ -272,12 +286,13 @@ def measure_loading(result: Any, who: Roles, steps: int, graph: nx.Graph, host_m
     time over ``steps`` computes. Figures are None unless every batch of
     every client arrived.
     """
-    fetches = fetch_records(result, who, steps)
+    step_s = compute_s(host_mbps)
+    fetches = fetch_records(result, who, steps, step_s)
     steady = [f["fetch_ms"] for f in fetches if f["batch"] > 0]
     stalls = [f["stall_ms"] for f in fetches if f["batch"] > 0]
     complete = None not in steady and None not in stalls
     per_step = statistics.fmean(stalls) if complete and stalls else None
-    nbytes = batch_bytes(host_mbps, len(who.training), links)
+    nbytes = batch_bytes(len(who.training), links)
     one_batch = [t for t in loading_transfers(who, "alone", host_mbps, 2, links)
                  if t.id.split("/")[2] == "batch0"]
     ring = [r for r in result.transfer_rows() if r["id"].startswith(RING_TAG + "/")]
@@ -285,13 +300,13 @@ def measure_loading(result: Any, who: Roles, steps: int, graph: nx.Graph, host_m
     ring_starts = [r.get("send_start") for r in ring]
     ring_ms = (_ms(max(ring_ends) - min(ring_starts))
                if ring and None not in ring_ends and None not in ring_starts else None)
-    row = {"steps": steps, "compute_ms": COMPUTE_S * 1e3, "batch_bytes": nbytes,
+    row = {"steps": steps, "compute_ms": _ms(step_s), "batch_bytes": nbytes,
            "fetch_ideal_ms": _ms(endpoint_bound_s(one_batch, graph, host_mbps)),
            "fetch_p50_ms": round(metrics.percentile(steady, 50), 1) if complete else None,
            "fetch_p99_ms": round(metrics.percentile(steady, 99), 1) if complete else None,
            "fetch_max_ms": max(steady) if complete else None,
            "stall_ms_per_step": round(per_step, 1) if per_step is not None else None,
-           "step_slowdown": (round(1 + per_step * (steps - 1) / (steps * COMPUTE_S * 1e3), 4)
+           "step_slowdown": (round(1 + per_step * (steps - 1) / (steps * step_s * 1e3), 4)
                              if per_step is not None else None),
            "collective_ms": ring_ms, **_losses(result)}
     return row, fetches
@@ -350,7 +365,7 @@ def _schedules(who: Roles, mode: StorageMode, seeds: list[int], lanes_name: str,
             for clients in clients_of(mode, who):
                 yield Scheduled({"part": "stampede", "condition": "", "source": source,
                                  "clients": clients, "seed": seed},
-                                restore_transfers(who, source, clients, host_mbps), seed)
+                                restore_transfers(who, source, clients), seed)
 
 
 def _row_function(runner: Runner, who: Roles, graph: nx.Graph, steps: int, links: int,
@@ -378,13 +393,14 @@ def notes_for(who: Roles, host_mbps: float, links: int, mode: StorageMode) -> li
     return [
         f"{n} training hosts, {len(who.servers)} storage servers ({links} links), TCP at "
         f"{host_mbps:g} Mbit/s",
-        f"dataloading: {mode.steps} steps of {COMPUTE_S * 1e3:g} ms compute, a "
-        f"{batch_bytes(host_mbps, n, links)} B batch per step and host (storage links "
+        f"dataloading: {mode.steps} steps of {COMPUTE_PACKET_TIMES} packet times of compute "
+        f"({compute_s(host_mbps) * 1e3:.0f} ms), a "
+        f"{batch_bytes(n, links)} B batch per step and host (storage links "
         f"{STORAGE_LOAD:.0%} busy); expected: no stall alone (the ideal fetch is well under "
         f"the step); the ring's standing queue in a shared lane delays fetches, its own lane "
         f"takes that queue away",
-        f"stampede: a checkpoint of {shards} shards, {shard_bytes(host_mbps, shards)} B each "
-        f"({RESTORE_S:g} s of one link); expected: restore time grows with the clients when "
+        f"stampede: a checkpoint of {shards} shards, {shard_bytes(shards)} B each "
+        f"({RESTORE_PACKETS} segments); expected: restore time grows with the clients when "
         f"every read goes to storage, the cache ({HIT_RATE:.0%} hits) flattens it, admission "
         f"(W={ADMISSION}) removes the timeouts",
         "ideal: the busiest endpoint link at line rate (TCP/IP headers counted, core "
@@ -408,14 +424,13 @@ def storage_figure(data: RunData) -> Any:
     time against clients per source with each source's ideal (right)."""
     fetches = data.csv("fetches") if (data.run_dir / "fetches.csv").exists() else []
     fig, (left, right) = data.plt.subplots(1, 2, figsize=(8.8, 2.8))
-    _fetch_cdf(left, fetches, data.runs,
-               float(data.summary.get("compute_ms", COMPUTE_S * 1e3)))
+    _fetch_cdf(left, fetches, data.runs, data.summary.get("compute_ms"))
     _restore_curves(right, [r for r in data.runs if r["part"] == "stampede"])
     return fig
 
 
 def _fetch_cdf(ax: Any, fetches: list[dict[str, str]], runs: list[dict[str, str]],
-               compute_ms: float) -> None:
+               compute_ms: float | None) -> None:
     for i, condition in enumerate(CONDITIONS):
         values = sorted(float(f["fetch_ms"]) for f in fetches if f["condition"] == condition
                         and int(f["batch"]) > 0 and f["fetch_ms"] not in ("", None))
@@ -423,7 +438,9 @@ def _fetch_cdf(ax: Any, fetches: list[dict[str, str]], runs: list[dict[str, str]
             ax.step(values, [(k + 1) / len(values) for k in range(len(values))], where="post",
                     label=condition, markevery=max(1, len(values) // 8),
                     **plotstyle.series_style(condition, i))
-    ax.axvline(compute_ms, ls="--", color="grey", lw=1, label="step budget (compute)")
+    if compute_ms is not None:
+        ax.axvline(float(compute_ms), ls="--", color="grey", lw=1,
+                   label="step budget (compute)")
     ideals = [float(r["fetch_ideal_ms"]) for r in runs if r["part"] == "dataloading"
               and r.get("fetch_ideal_ms") not in ("", None)]
     if ideals:
@@ -433,7 +450,8 @@ def _fetch_cdf(ax: Any, fetches: list[dict[str, str]], runs: list[dict[str, str]
     ax.set_xlabel("batch fetch latency (ms)")
     ax.set_ylabel("fraction of fetches")
     ax.set_title("dataloading")
-    ax.legend(loc="lower right", fontsize=7)  # the tail runs along the top
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize=7)  # the tail runs along the top
 
 
 # Measured restore curves: a line style each, and markers that nest (largest first,
@@ -532,19 +550,22 @@ class Storage(Experiment):
                 host_mbps = emu.report.rate_plan.host_mbps
                 rates.add(host_mbps)
                 runner.run(emu, _schedules(who, mode, seeds, lanes_name, host_mbps, links),
-                           TransportSpec("tcp"), lanes_name,
+                           TCP, lanes_name,
                            _row_function(runner, who, graph, mode.steps, links, host_mbps),
                            deadline_s=60.0 if ctx.quick else 120.0)
         return Measured(
             {"topology": topo, "conditions": list(CONDITIONS), "sources": list(SOURCES),
-             "clients": clients_of(mode, who), "steps": mode.steps, "compute_s": COMPUTE_S,
+             "clients": clients_of(mode, who), "steps": mode.steps,
+             "work": {"step_packet_times": COMPUTE_PACKET_TIMES,
+                      "checkpoint_packets": RESTORE_PACKETS,
+                      "payload_bytes": TCP.payload_bytes},
              "storage_load": STORAGE_LOAD, "hit_rate": HIT_RATE, "admission": ADMISSION,
              "shards": SHARDS_PER_SERVER * len(who.servers), "transport": "tcp",
              "tcp_cc": ctx.tcp_cc, "host_mbps": ctx.host_mbps or "auto",
              "estimated_s": round(self.estimate_s(ctx), 1)},
             {"topology": topo, "host_mbps": min(rates),
              "roles": {"training": list(who.training), "servers": list(who.servers)},
-             "compute_ms": COMPUTE_S * 1e3})
+             "compute_ms": _ms(compute_s(min(rates)))})
 
     def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Dataloading per condition, then the stampede per source and clients (mean over

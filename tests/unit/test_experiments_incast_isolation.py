@@ -61,13 +61,13 @@ def _order(transfers):
 
 # --- incast --------------------------------------------------------------------
 
-def test_stripe_scales_with_the_link_rate_and_keeps_one_segment():
-    assert incast.stripe_bytes(100) == 64 * 1024
-    assert incast.stripe_bytes(50) == 32 * 1024
-    assert incast.stripe_bytes(5.5) == int(65536 * 0.055)
-    assert incast.stripe_bytes(1) == 1448  # 655 B would be less than a segment
-    with pytest.raises(ValueError):
-        incast.stripe_bytes(0)
+def test_stripe_is_in_segments_at_every_rate():
+    assert incast.stripe_bytes() == incast.STRIPE_PACKETS * 1448
+    assert incast.burst_pkts(6, incast.stripe_bytes()) > 32 >= incast.burst_pkts(
+        5, incast.stripe_bytes())  # the 32-packet buffer overflows from 6 senders on
+    graph = topologies.build(incast.DEFAULT_TOPO)
+    assert all(t.bytes == incast.VICTIM_PACKETS * 1448
+               for t in incast.victim_transfers(graph, incast.QUICK))
 
 
 def test_burst_is_capped_by_the_initial_window():
@@ -78,7 +78,7 @@ def test_burst_is_capped_by_the_initial_window():
 
 def test_incast_schedule_fits_16_senders_on_the_default_fabric():
     graph = topologies.build(incast.DEFAULT_TOPO)
-    stripe = incast.stripe_bytes(5.5)
+    stripe = incast.stripe_bytes()
     spec = incast.pattern_spec(16, stripe, rounds=3, admission=4)
     transfers, client, servers = incast.incast_transfers(graph, spec)
     validate_schedule(transfers, fg.endpoints(graph))

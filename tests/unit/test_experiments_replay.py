@@ -13,6 +13,8 @@ from experiments import replay as rp
 from fabric.analysis import results
 from fabric.errors import UserError
 from fabric.experiment import RunContext
+from fabric.traffic import sizing
+from fabric.traffic.model import TransportSpec
 from fabric.traffic.trace import load_trace
 from fabric.traffic.trace.schema import from_dict
 from fabric.traffic.trace.place import PlacementError
@@ -96,19 +98,28 @@ def test_jobs_take_distinct_nics_and_too_many_ranks_are_refused(graph):
         rp.place_jobs(graph, [rp.Job(f"j{i}", job.workload) for i in range(5)], seed=0)
 
 
-def test_the_dilation_gives_the_busiest_step_its_target_time(graph):
+ROCE = TransportSpec("roce")
+
+
+def test_the_busiest_step_is_its_target_in_packets_at_every_rate(graph):
     jobs = [rp.Job("a", load_trace(EXAMPLE))]
     placed = rp.place_jobs(graph, jobs, 0)
-    byte_scale, dilation = rp.scales(graph, jobs, placed, 10.0, quick=True)
     busiest = rp.busiest_step_bytes(graph, jobs, placed)
-    comm_s = busiest * byte_scale * 8 / 10e6  # at the emulated 10 Mbit/s
-    compute_s = rp.step_compute_s(jobs) * dilation
-    # the target, unless the compute caps the dilation
-    assert comm_s == pytest.approx(rp.TARGET_COMM_S[True]) or (
-        compute_s == pytest.approx(rp.MAX_COMPUTE_S[True]) and comm_s < rp.TARGET_COMM_S[True])
+    byte_scale, dilation = rp.scales(graph, jobs, placed, 10.0, ROCE, quick=True)
+    packets = busiest * byte_scale / ROCE.payload_bytes
+    compute = rp.step_compute_s(jobs) * dilation / sizing.packet_time_s(ROCE, 10.0)
+    # the target, unless the compute caps the scale
+    assert packets == pytest.approx(rp.TARGET_COMM_PACKETS[True]) or (
+        compute == pytest.approx(rp.MAX_COMPUTE_PACKET_TIMES[True])
+        and packets < rp.TARGET_COMM_PACKETS[True])
+    # the same packets at twice the rate, in half the emulated time
+    assert rp.scales(graph, jobs, placed, 20.0, ROCE, quick=True) == pytest.approx(
+        (byte_scale, dilation / 2))
     # the ratio of communication to compute is the cluster's: bytes at 400 Gbit/s
+    comm_s = busiest * byte_scale * 8 / 10e6   # payload at the emulated 10 Mbit/s
     real_comm = busiest * 8 / 400e9
-    assert comm_s / compute_s == pytest.approx(real_comm / rp.step_compute_s(jobs))
+    assert comm_s / (rp.step_compute_s(jobs) * dilation) == pytest.approx(
+        real_comm / rp.step_compute_s(jobs))
 
 
 def test_a_job_that_hardly_communicates_is_not_stretched_past_the_compute_cap(graph):
@@ -119,12 +130,12 @@ def test_a_job_that_hardly_communicates_is_not_stretched_past_the_compute_cap(gr
                 op["bytes"] = 4096  # a few packets a step against milliseconds of compute
     tiny = rp.Job("a", from_dict(data, "tiny.json"))
     placed = rp.place_jobs(graph, [tiny], 0)
-    dilation = rp.dilation_of(graph, [tiny], placed, quick=True)
-    # the compute cap binds: the step's compute takes exactly MAX_COMPUTE_S emulated
-    assert rp.step_compute_s([tiny]) * dilation == pytest.approx(rp.MAX_COMPUTE_S[True])
+    byte_scale, dilation = rp.scales(graph, [tiny], placed, 10.0, ROCE, quick=True)
+    # the compute cap binds: the step's compute lasts exactly MAX_COMPUTE_PACKET_TIMES
+    assert rp.step_compute_s([tiny]) * dilation == pytest.approx(
+        sizing.seconds_of(rp.MAX_COMPUTE_PACKET_TIMES[True], ROCE, 10.0))
     busiest = rp.busiest_step_bytes(graph, [tiny], placed)
-    comm_target = rp.TARGET_COMM_S[True] * 400e9 / 8 / busiest
-    assert dilation < comm_target
+    assert busiest * byte_scale < rp.TARGET_COMM_PACKETS[True] * ROCE.payload_bytes
 
 
 def _schedule(graph):

@@ -80,14 +80,20 @@ def test_roles_use_storage_nodes_or_stand_ins():
         st.roles(topologies.build("leaf-spine,leaves=2,hosts_per_leaf=2,spines=1"))
 
 
-def test_sizes_follow_the_rate(who, graph):
+def test_sizes_are_in_packets_the_same_at_every_rate(who, graph):
     links = st.storage_links(graph, who)
-    nbytes = st.batch_bytes(RATE, len(who.training), links)
-    load = len(who.training) * nbytes / (links * RATE * 1e6 / 8 * st.COMPUTE_S)
+    nbytes = st.batch_bytes(len(who.training), links)
+    step = st.compute_s(RATE)   # the step's packet times, at this rate
+    load = len(who.training) * nbytes / (links * st.TCP.payload_bytes / st.TCP.packet_bytes
+                                         * RATE * 1e6 / 8 * step)
     assert load == pytest.approx(st.STORAGE_LOAD, rel=1e-3)
-    assert st.batch_bytes(2 * RATE, len(who.training), links) == pytest.approx(2 * nbytes, 1)
+    assert st.compute_s(2 * RATE) == pytest.approx(step / 2)
+    for condition in st.CONDITIONS:   # the same bytes at any rate; only the compute scales
+        slow, fast = (st.loading_transfers(who, condition, r, 3, links) for r in (RATE, 2 * RATE))
+        assert [t.bytes for t in slow] == [t.bytes for t in fast]
     shards = st.SHARDS_PER_SERVER * len(who.servers)
-    assert st.shard_bytes(RATE, shards) * shards == pytest.approx(RATE * 1e6 / 8, rel=1e-3)
+    assert st.shard_bytes(shards) * shards == pytest.approx(
+        st.RESTORE_PACKETS * st.TCP.payload_bytes, abs=shards)
     assert st.clients_of(st.FULL, who) == [1, 2, 4, 8, 12]
     assert st.clients_of(st.QUICK, who) == [1, 4, 12]
 
@@ -101,34 +107,38 @@ def test_schedules_validate_and_the_ring_comes_with_its_conditions(who, graph):
     with pytest.raises(ValueError, match="condition"):
         st.loading_transfers(who, "nope", RATE, 4, links)
     for source in st.SOURCES:
-        validate_schedule(st.restore_transfers(who, source, 4, RATE), fg.endpoints(graph))
-    cached = st.restore_transfers(who, "cache", 12, RATE)
+        validate_schedule(st.restore_transfers(who, source, 4), fg.endpoints(graph))
+    cached = st.restore_transfers(who, "cache", 12)
     stored = sum(t.bytes for t in cached if t.src in who.servers)
     assert stored == pytest.approx(0.2 * sum(t.bytes for t in cached if "/shard" in t.id),
                                    rel=0.1)
 
 
 def test_ideal_is_the_busiest_endpoint_link(who, graph):
-    one = st.restore_transfers(who, "storage", 1, RATE)
-    twelve = st.restore_transfers(who, "storage", 12, RATE)
-    # one client: its own downlink (the checkpoint, RESTORE_S at line rate, plus headers)
-    assert st.endpoint_bound_s(one, graph, RATE) == pytest.approx(st.RESTORE_S * st.TCP_WIRE,
+    one = st.restore_transfers(who, "storage", 1)
+    twelve = st.restore_transfers(who, "storage", 12)
+    # one client: its own downlink (the checkpoint's RESTORE_PACKETS, plus headers)
+    checkpoint_s = st.RESTORE_PACKETS * st.TCP.payload_bytes * 8 / (RATE * 1e6)
+    assert st.endpoint_bound_s(one, graph, RATE) == pytest.approx(checkpoint_s * st.TCP_WIRE,
                                                                   rel=1e-3)
     # twelve: each of the 4 servers sends 12 quarters of the checkpoint
-    assert st.endpoint_bound_s(twelve, graph, RATE) == pytest.approx(3 * st.RESTORE_S
+    assert st.endpoint_bound_s(twelve, graph, RATE) == pytest.approx(3 * checkpoint_s
                                                                      * st.TCP_WIRE, rel=1e-3)
 
 
-@pytest.mark.parametrize("fetch_s, stall_ms", [(0.25, 0.0), (1.5, 500.0)])
-def test_measure_loading_finds_the_stalls(who, graph, fetch_s, stall_ms):
+@pytest.mark.parametrize("fetch_steps, stall_steps", [(0.25, 0.0), (1.5, 0.5)])
+def test_measure_loading_finds_the_stalls(who, graph, fetch_steps, stall_steps):
+    step = st.compute_s(RATE)
+    fetch_s, stall_ms = fetch_steps * step, stall_steps * step * 1e3
     links = st.storage_links(graph, who)
     ts = st.loading_transfers(who, "shared", RATE, 4, links)
     row, fetches = st.measure_loading(fake_result(ts, by_kind(fetch_s)), who, 4, graph, RATE,
                                       links)
     assert row["fetch_p50_ms"] == row["fetch_max_ms"] == pytest.approx(fetch_s * 1e3)
     assert row["stall_ms_per_step"] == pytest.approx(stall_ms)
-    assert row["step_slowdown"] == pytest.approx(1 + stall_ms / 1e3 * 3 / 4)
-    assert row["collective_ms"] is not None and 0 < row["fetch_ideal_ms"] < 1e3
+    assert row["step_slowdown"] == pytest.approx(1 + stall_steps * 3 / 4)
+    assert row["compute_ms"] == pytest.approx(step * 1e3, abs=0.1)
+    assert row["collective_ms"] is not None and 0 < row["fetch_ideal_ms"] < step * 1e3
     assert len(fetches) == 12 * 4 and {f["batch"] for f in fetches} == {0, 1, 2, 3}
 
 
@@ -146,13 +156,14 @@ def test_measure_loading_with_a_lost_batch_has_no_figures(who, graph):
 
 @pytest.mark.parametrize("source, restore", [("storage", 0.5), ("admission", 2.5)])
 def test_measure_restore(who, graph, source, restore):
-    ts = st.restore_transfers(who, source, 4, RATE)
+    ts = st.restore_transfers(who, source, 4)
     row = st.measure_restore(fake_result(ts, by_kind(), drops={"l0h0": 3}, timeouts=1), ts,
                              who, graph, RATE)
     # 20 shards per client at once take one shard time; 4 at a time take 5
     assert row["restore_s"] == pytest.approx(restore) and row["restore_p99_s"] == row["restore_s"]
+    checkpoint = st.shard_bytes(st.SHARDS_PER_SERVER * 4) * st.SHARDS_PER_SERVER * 4
     assert row["storage_link_util"] == pytest.approx(
-        4 * RATE * 1e6 / 8 / restore / (4 * RATE * 1e6 / 8), rel=1e-3)
+        4 * checkpoint / restore / (4 * RATE * 1e6 / 8), rel=1e-3)
     assert row["drops"] == 3 and row["timeouts"] == 1 * len({t.src for t in ts} | {t.dst
                                                                                for t in ts})
     failed = st.measure_restore(fake_result(ts, by_kind(), fail={"restore/c1/shard3"}), ts, who,
@@ -175,7 +186,7 @@ def _fake_fabric(monkeypatch, duration, fail=()):
 def test_quick_run_writes_both_parts_and_draws_them(tmp_path, monkeypatch):
     from fabric.model.lanes import SINGLE_LANE, THREE_LANES
 
-    _fake_fabric(monkeypatch, by_kind(fetch_s=1.2))
+    _fake_fabric(monkeypatch, by_kind(fetch_s=10.0))   # longer than a step at any rate
     outcome = st.EXPERIMENT.run(RunContext(tmp_path, quick=True))
     assert [o.lanes for o in fake_emulation.FakeEmulation.made] == [SINGLE_LANE, THREE_LANES]
     runs = results.read_csv(tmp_path / "runs.csv")
@@ -185,8 +196,10 @@ def test_quick_run_writes_both_parts_and_draws_them(tmp_path, monkeypatch):
         "alone", "shared", "separate"]
     assert [(r["source"], r["clients"]) for r in table if r["part"] == "stampede"] == [
         (s, n) for s in st.SOURCES for n in (1, 4, 12)]
-    assert all(r["stall_ms_per_step"] == pytest.approx(200.0) for r in table
-               if r["part"] == "dataloading")
+    compute_ms = {float(r["compute_ms"]) for r in runs if r["part"] == "dataloading"}
+    assert len(compute_ms) == 1 and 0 < min(compute_ms) < 10e3
+    assert all(r["stall_ms_per_step"] == pytest.approx(10e3 - min(compute_ms), abs=0.2)
+               for r in table if r["part"] == "dataloading")
     assert outcome.fidelity["valid"] and summary_valid(tmp_path)
     assert outcome.parameters["estimated_s"] < st.QUICK_BUDGET_S
     text = format_table("storage", outcome)
