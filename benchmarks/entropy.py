@@ -34,7 +34,7 @@ from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.errors import UserError
 from fabric.experiment.checks import fidelity_of
-from fabric.experiment.loop import idle_check, traffic_run
+from fabric.experiment.emulated import idle_check, traffic_run
 from fabric.traffic.model import CONGESTION_CONTROLS, ScheduleError, TransportSpec
 from fabric.traffic.workloads import norm_throughput, pattern_transfers
 

@@ -26,7 +26,7 @@ import topologies
 from fabric.emulation import Emulation, EmulationOptions, shaping
 from fabric.emulation.traffic import TrafficResult
 from fabric.errors import UserError
-from fabric.experiment.loop import traffic_run
+from fabric.experiment.emulated import traffic_run
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.traffic import sizing, storage

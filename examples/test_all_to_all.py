@@ -11,9 +11,9 @@ import pytest
 import all_to_all
 from fabric.analysis import results
 from fabric.emulation import fidelity
-from fabric.experiment import RunContext, loop
+from fabric.experiment import RunContext
 from fabric.traffic.model import Plan
-from tests.fake_emulation import FakeEmulation
+from tests.fake_emulation import FakeEmulation, backends
 
 
 def fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, during=None):
@@ -21,22 +21,20 @@ def fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, dur
     took = 1.0 if transport.entropy == "flow" else 0.5
     rows = [{"id": t.id, "src": t.src, "dst": t.dst, "bytes": t.bytes, "send_start": 10.0,
              "recv_end": 10.0 + took, "fct_s": took, "path": None} for t in transfers]
-    return SimpleNamespace(transfer_rows=lambda: rows, errors=[], paths={},
+    return SimpleNamespace(transfer_rows=lambda: rows, errors=[], paths={}, flow_control=[],
                            plan=Plan(list(transfers), {}, transport, 10.0),
                            fidelity=[fidelity.Check("ovs_input_delay_ms", 0.1, 1.0, True)])
 
 
 @pytest.fixture
-def fabric(monkeypatch):
+def fabric():
+    """The emulator's run loop on a stand-in fabric, every run played by fake_traffic."""
     FakeEmulation.made = []
-    monkeypatch.setattr(loop, "Emulation", FakeEmulation)
-    monkeypatch.setattr(loop, "traffic_run", fake_traffic)
-    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
-        "idle_path_rate", 0.98, 0.9, True))
+    return backends(fake_traffic)
 
 
 def test_the_example_runs_both_policies_and_tables_their_times(tmp_path, fabric):
-    outcome = all_to_all.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=2))
+    outcome = all_to_all.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=2), fabric)
     assert [o.policy for o in FakeEmulation.made] == ["ecmp", "spray"]  # one bring-up each
     assert outcome.valid and outcome.seeds == [0, 1]
     assert outcome.table == [{"policy": "ecmp", "seconds": 1.0},
@@ -50,15 +48,14 @@ def test_the_example_runs_both_policies_and_tables_their_times(tmp_path, fabric)
                                                                      "seconds.pdf"]
 
 
-def test_an_unfinished_all_to_all_has_no_time_and_no_table_row(tmp_path, fabric, monkeypatch):
+def test_an_unfinished_all_to_all_has_no_time_and_no_table_row(tmp_path):
     def unfinished(*args, **kwargs):
         result = fake_traffic(*args, **kwargs)
         rows = result.transfer_rows()
         rows[0].update(recv_end=None, fct_s=None)
         return SimpleNamespace(**{**vars(result), "transfer_rows": lambda: rows})
 
-    monkeypatch.setattr(loop, "traffic_run", unfinished)
-    outcome = all_to_all.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    outcome = all_to_all.EXPERIMENT.run(RunContext(tmp_path, quick=True), backends(unfinished))
     assert outcome.table == [] and not outcome.valid
 
 

@@ -486,7 +486,6 @@ class Collisions(Experiment):
             total = 0.0
             for spec, runs in grid.items():
                 graph = topologies.build(spec)
-                mbps = ctx.host_mbps or simulated.physical_host_mbps(graph)
                 for pattern, _ in runs:
                     total += simulated.estimate_s(graph, _packets_per_host(pattern))
             return total * len(self.seeds(ctx)) * len(run_policies(ctx))
@@ -506,10 +505,8 @@ class Collisions(Experiment):
         runner.table("uplinks")
         for spec in specs:
             graph = topologies.build(spec)
-            base_mbps = ctx.host_mbps or (
-                simulated.physical_host_mbps(graph) if runner.simulated else default_host_mbps(
-                    graph, packet_bytes=ctx.roce().packet_bytes,
-                    headroom=capacity.ROCE_RATE_HEADROOM))
+            base_mbps = runner.host_mbps(graph, ctx.roce().packet_bytes,
+                                         capacity.ROCE_RATE_HEADROOM)
             for policy in run_policies(ctx):
                 for share in sorted({RATE_SHARE[p] for p, _ in grid[spec]}, reverse=True):
                     mine = [(p, cc) for p, cc in grid[spec] if RATE_SHARE[p] == share]
@@ -521,7 +518,7 @@ class Collisions(Experiment):
              "app_entropy": ctx.get(APP_ENTROPY) if ctx.get(CONTROLLER_APP) else None,
              "spray_entropy": ctx.get(SPRAY_ENTROPY), "transport": "roce",
              "cc": ctx.roce().cc, "roce_mtu": ctx.roce().mtu_payload,
-             "host_mbps": ctx.host_mbps or ("physical" if runner.simulated else "auto"),
+             "host_mbps": ctx.host_mbps or runner.backend().default_rates,
              "rate_share": RATE_SHARE, "backend": ctx.backend,
              "work": {"flow_packets": FLOW_PACKETS, "buffer_packets": BUFFER_PACKETS,
                       "payload_bytes": ctx.roce().payload_bytes}},

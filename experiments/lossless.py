@@ -41,7 +41,6 @@ import topologies
 from fabric.analysis import plotstyle
 from fabric.emulation import capacity
 from fabric.emulation.machine_speed import default_host_mbps
-from fabric.emulation.traffic import TrafficResult
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
 from fabric.experiment.measures import mean_or_none, pause_summary, span_s, truthy
 from fabric.experiment.options import ROCE_MTU, SPRAY_ENTROPY
@@ -51,6 +50,7 @@ from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE
 from fabric.traffic import collectives, metrics, sizing, storage
 from fabric.traffic.ideal import transport_overhead
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, ScheduleError, Transfer, TransportSpec
+from fabric.traffic.result import RunResult
 
 NAME = "lossless"
 QUESTION = ("On a lossless fabric, does spreading traffic over every path spread a storage "
@@ -203,7 +203,7 @@ def measure_rows(rows: list[dict[str, Any]], host_mbps: float) -> dict[str, Any]
             "probe_p99_ms": round(metrics.percentile(probes, 99), 3) if probes else None}
 
 
-def pause_link_seconds(result: TrafficResult) -> float | None:
+def pause_link_seconds(result: RunResult) -> float | None:
     """Sum over link directions of the share of the run each was paused: how much of the
     fabric the pauses held, in links (None without flow control)."""
     if pause_summary(result)["paused_links"] is None:
@@ -220,7 +220,7 @@ def ideals(mtu_payload: int, host_mbps: float) -> dict[str, float]:
             "storage_goodput_ideal": round(1 / overhead.data, 4)}
 
 
-def _row_of(run: Scheduled, result: TrafficResult, report: dict[str, Any]) -> dict[str, Any]:
+def _row_of(run: Scheduled, result: RunResult, report: dict[str, Any]) -> dict[str, Any]:
     host_mbps, mtu_payload = run.context
     return {"host_mbps": host_mbps, **ideals(mtu_payload, host_mbps),
             **measure_rows(result.transfer_rows(), host_mbps), "ring_slowdown": None,

@@ -262,11 +262,7 @@ class Scaling(Experiment):
                 seeds: list[int]) -> None:
         """One fabric on one backend: each policy's bring-up and its seeds' runs."""
         packet_bytes, packets = ctx.roce().packet_bytes, flow_packets(ctx)
-        if backend == "emulator":
-            mbps = ctx.host_mbps or default_host_mbps(graph, packet_bytes=packet_bytes,
-                                                      headroom=capacity.ROCE_RATE_HEADROOM)
-        else:
-            mbps = ctx.host_mbps or simulated.physical_host_mbps(graph)
+        mbps = runner.host_mbps(graph, packet_bytes, capacity.ROCE_RATE_HEADROOM, backend)
         for policy in POLICIES:
             entropy = "flow" if policy == "ecmp" else ctx.get(SPRAY_ENTROPY)
             transport = ctx.roce(entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS)

@@ -6,11 +6,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from fabric.emulation import capacity
+from fabric.experiment.emulated import EmulatorBackend
+from fabric.traffic.result import Check
 
 
 class FakeEmulation:
     """Has what an experiment reads of :class:`fabric.emulation.Emulation` outside the
-    traffic runs (which the tests replace): graph, options, the rate plan."""
+    traffic runs (which the tests replace, :func:`backends`): graph, options, the rate
+    plan."""
 
     made: list = []       # the options of every bring-up; reset it in each test
     default_mbps = 3.0    # host rate when the options name none
@@ -29,3 +32,15 @@ class FakeEmulation:
 
     def save_controller_log(self, path):
         return False  # no controller ran
+
+
+def idle_ok(emu, transport, workdir):
+    """An idle-path check that passed."""
+    return Check("idle_path_rate", 0.98, 0.9, True)
+
+
+def backends(traffic, emulation=FakeEmulation, idle=idle_ok):
+    """The emulator backend's own run loop on stand-ins: ``emulation`` for the fabric,
+    ``traffic`` (``traffic_run``'s signature) for every run, ``idle`` for the idle
+    check. Pass it to ``Experiment.run(ctx, backends=...)``."""
+    return {"emulator": EmulatorBackend(emulation=emulation, traffic=traffic, idle=idle)}

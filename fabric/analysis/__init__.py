@@ -7,5 +7,5 @@ run's nccl-tests figures, incast rounds, collisions),
 :mod:`~fabric.analysis.provenance` (the one line that names a run, under every
 figure) and :mod:`~fabric.analysis.plotstyle` (one paper style for every figure).
 
-May import: fabric.model, fabric.traffic, fabric.emulation.
+May import: fabric.model, fabric.traffic.
 """

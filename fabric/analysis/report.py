@@ -9,21 +9,20 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Mapping
 
-from fabric.emulation import fidelity
-from fabric.emulation.traffic import TrafficResult
 from fabric.model import graph as fg
 from fabric.traffic import collectives, ideal, metrics
 from fabric.traffic.patterns import PatternSpec
+from fabric.traffic.result import RunResult, report
 from fabric.traffic.storage import incast_rounds
 
 
-def metric_rows(result: TrafficResult) -> list[dict[str, Any]]:
+def metric_rows(result: RunResult) -> list[dict[str, Any]]:
     """Rows ``{"id", "start", "end", "bytes"}`` (sender start, receiver end)."""
     return [{"id": r["id"], "start": r.get("send_start"), "end": r.get("recv_end"),
              "bytes": r["bytes"]} for r in result.transfer_rows()]
 
 
-def flow_collisions(result: TrafficResult) -> metrics.Collisions | None:
+def flow_collisions(result: RunResult) -> metrics.Collisions | None:
     """Flows that shared a switch-to-switch link at the same moment, over every
     transfer with a measured path.
 
@@ -52,7 +51,7 @@ def flow_collisions(result: TrafficResult) -> metrics.Collisions | None:
     return metrics.collisions({str(k): v for k, v in flows.items()}) if flows else None
 
 
-def uplink_shares(graph: Any, result: TrafficResult) -> dict[str, float]:
+def uplink_shares(graph: Any, result: RunResult) -> dict[str, float]:
     """Bytes each leaf -> spine link carried, as a share of its leaf's uplink bytes
     (``"leaf>spine"`` -> share)."""
     totals = result.links.totals()
@@ -65,9 +64,10 @@ def uplink_shares(graph: Any, result: TrafficResult) -> dict[str, float]:
     return loads
 
 
-def _totals(result: TrafficResult) -> dict[str, int]:
-    """Loss and congestion counters summed over the agents: TCP's from the kernel,
-    roce's retransmissions, CE-marked data packets received and CNPs sent (dcqcn)."""
+def _totals(result: Any) -> dict[str, int]:
+    """Loss and congestion counters of an emulated run, summed over its agents: TCP's from
+    the kernel, roce's retransmissions, CE-marked data packets received and CNPs sent
+    (dcqcn), and the endpoints' ingress drops."""
     totals = {"tcp_timeouts": 0, "tcp_retransmitted_segments": 0, "roce_retransmitted": 0,
               "roce_ce_marked": 0, "roce_cnps": 0}
     for agent in result.agents.values():
@@ -84,7 +84,7 @@ def _totals(result: TrafficResult) -> dict[str, int]:
 
 def flow_control_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """What a run's pauses did, from its per link and lane rows
-    (:attr:`TrafficResult.flow_control`): totals, and the rows of the links that paused."""
+    (:attr:`RunResult.flow_control`): totals, and the rows of the links that paused."""
     paused = [r for r in rows if r["pauses"]]
     return {"paused_links": len({r["link"] for r in paused}),
             "pauses": sum(r["pauses"] for r in rows),
@@ -93,11 +93,11 @@ def flow_control_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "headroom_drops": sum(r["drops"] for r in rows), "links": paused}
 
 
-def summarize(result: TrafficResult, spec: PatternSpec, participants: list[str],
+def summarize(result: RunResult, spec: PatternSpec, participants: list[str],
               host_mbps: float) -> dict[str, Any]:
     """Headline figures of one run, with its fidelity checks."""
     summary = {**pattern_summary(result, spec, participants, host_mbps), **_totals(result),
-               "errors": result.errors, "fidelity": fidelity.report(result.fidelity)}
+               "errors": result.errors, "fidelity": report(result.fidelity)}
     if any(c.name == "lossless_drops" for c in result.fidelity):  # under flow control
         summary["flow_control"] = flow_control_summary(result.flow_control)
     return summary
@@ -141,7 +141,7 @@ def pattern_summary(result: Any, spec: PatternSpec, participants: list[str],
     return summary
 
 
-def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset, float],
+def ideal_spans(result: RunResult, graph: Any, link_mbps: Mapping[frozenset, float],
                 spray: bool, achieved_split: bool = False) -> dict[str, ideal.IdealSpan] | None:
     """What a perfect transport would have done with this run's transfers.
 
@@ -178,7 +178,7 @@ def ideal_spans(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset,
     return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))
 
 
-def ideal_steady_rates(result: TrafficResult, graph: Any, link_mbps: Mapping[frozenset, float],
+def ideal_steady_rates(result: RunResult, graph: Any, link_mbps: Mapping[frozenset, float],
                        spray: bool) -> dict[str, float] | None:
     """Each transfer's max-min fair rate (Mbit/s of goodput) on the run's paths while
     all of them run at once: the ideal of a steady-state rate (htsim's measure), routed
@@ -191,7 +191,7 @@ def ideal_steady_rates(result: TrafficResult, graph: Any, link_mbps: Mapping[fro
                                {fid: acks for fid, (_, acks, _) in routed.items()})
 
 
-def _routed(result: TrafficResult, graph: Any, spray: bool, achieved_split: bool
+def _routed(result: RunResult, graph: Any, spray: bool, achieved_split: bool
             ) -> dict[str, tuple[dict, dict, list[str]]] | None:
     """Transfer id -> its data load, its ACKs' load and a node path (the one measured,
     or a shortest one for a spray), as :func:`ideal_spans` describes them."""

@@ -48,13 +48,14 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from fabric.emulation import backlog, ovs
 from fabric.emulation.shaping import DEFAULT_FRAME_BYTES
 from fabric.traffic.model import TCP_SEGMENT_BYTES
+from fabric.traffic.result import Check, report  # noqa: F401  (defined there, for both backends)
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_OVS_INPUT_DELAY_MS = 1.0  # against idle RTTs of 0.7-3 ms across the fabric
@@ -76,17 +77,6 @@ MIN_SAMPLE_SHARE = 0.25
 MAX_MACHINE_CPU = 0.95
 MAX_AGENT_LATE_SHARE = 0.02
 MIN_IDLE_PATH_RATE = 0.90
-
-
-@dataclass(frozen=True)
-class Check:
-    """One fidelity check."""
-
-    name: str
-    value: float
-    threshold: float
-    ok: bool
-    detail: str = ""
 
 
 def thread_cpu_ticks(pid: int) -> dict[int, int]:
@@ -338,15 +328,3 @@ def tcp_segment_check(segment_bytes: Iterable[int]) -> Check:
     largest = max(segment_bytes, default=0)
     return Check("tcp_segment_bytes", largest, TCP_SEGMENT_BYTES, largest <= TCP_SEGMENT_BYTES,
                  "largest data bytes per segment a connection sent")
-
-
-def report(checks: list[Check]) -> dict[str, Any]:
-    """``{"valid": all ok, "checks": [...]}`` for results and manifests; a check that
-    measured nothing (value NaN) has the value None (JSON null)."""
-    return {"valid": all(c.ok for c in checks),
-            "checks": [{**asdict(c), "value": None if _unmeasured(c.value) else c.value}
-                       for c in checks]}
-
-
-def _unmeasured(value: float) -> bool:
-    return isinstance(value, float) and math.isnan(value)

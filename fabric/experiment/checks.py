@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabric.emulation import fidelity
-from fabric.emulation.traffic import TrafficResult
+from fabric.traffic.result import Check, RunResult, report
 
 # The fidelity checks that measure the machine's load at the time of a run, not the run
 # itself: a run that fails only these was not emulated faithfully, but nothing in it
@@ -13,18 +12,22 @@ from fabric.emulation.traffic import TrafficResult
 RUN_CHECKS = ("ovs_input_delay_ms", "machine_cpu", "agent_late_share", "late_pause_drops")
 
 
-def completion_check(result: TrafficResult) -> fidelity.Check:
-    """Every transfer's last byte arrived and no agent failed, or the run is invalid."""
+def completion_check(result: RunResult) -> Check:
+    """Every transfer's last byte arrived and no agent failed, or the run is invalid (on
+    either backend; a sender that gave up after repeated timeouts is counted)."""
     rows = result.transfer_rows()
     done = sum(1 for r in rows if r["fct_s"] is not None)
+    failed = sum(1 for r in rows if r.get("send_failed"))
     ok = bool(rows) and done == len(rows) and not result.errors
-    return fidelity.Check("transfers_complete", round(done / len(rows), 4) if rows else 0.0,
-                          1.0, ok, "; ".join(result.errors[:3]) or f"{done}/{len(rows)} done")
+    detail = f"{done}/{len(rows)} done" + (f", {failed} gave up after repeated timeouts"
+                                           if failed else "")
+    return Check("transfers_complete", round(done / len(rows), 4) if rows else 0.0,
+                 1.0, ok, "; ".join(result.errors[:3]) or detail)
 
 
-def fidelity_of(result: TrafficResult, extra: list[fidelity.Check]) -> dict[str, Any]:
+def fidelity_of(result: RunResult, extra: list[Check]) -> dict[str, Any]:
     """The fidelity report of one run: its checks, the bring-up's, and completion."""
-    return fidelity.report(list(result.fidelity) + list(extra) + [completion_check(result)])
+    return report(list(result.fidelity) + list(extra) + [completion_check(result)])
 
 
 def overloaded(report: dict[str, Any]) -> bool:

@@ -10,13 +10,12 @@ from typing import Any, Mapping
 from fabric.emulation import EmulationOptions
 from fabric.emulation.capture import DEFAULT_MAX_PACKETS, capture_points
 from fabric.experiment.options import CC, ROCE_MTU, Option
+from fabric.experiment.runs import DEFAULT_ATTEMPTS
 from fabric.experiment.simulated import SIM_TIME_SCALE
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.model.presets import Preset
 from fabric.traffic.model import TransportSpec
-
-DEFAULT_ATTEMPTS = 3  # tries of a run the machine's load invalidated (``--attempts``)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ import topologies
 from fabric.analysis import plotstyle, results
 from fabric.analysis.provenance import Provenance, read as read_provenance, work_text
 from fabric.emulation import fidelity
+from fabric.experiment.backend import Backend
 from fabric.experiment.context import RunContext
 from fabric.experiment.loop import Runner
 from fabric.experiment.options import Option
@@ -184,13 +185,14 @@ class Experiment(ABC):
 
     # --- the same for every experiment ------------------------------------------------
 
-    def run(self, ctx: RunContext) -> Outcome:
+    def run(self, ctx: RunContext, backends: Mapping[str, Backend] | None = None) -> Outcome:
         """Measure, then write runs.csv, flows.csv, the experiment's tables and
-        summary.json into ``ctx.run_dir``."""
+        summary.json into ``ctx.run_dir``; ``backends`` (name -> backend) replace the
+        emulator and the simulator, e.g. with stand-ins in a test."""
         total = self.run_count(ctx)
         print(f"[{self.name}] {total} runs, estimated ~{self.estimate_s(ctx):.0f} s",
               file=sys.stderr, flush=True)
-        runner = Runner(ctx, self.name, total)
+        runner = Runner(ctx, self.name, total, backends)
         measured = self.measure(ctx, runner)
         rows = runner.log.rows
         self.finish(rows)

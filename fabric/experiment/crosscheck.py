@@ -21,7 +21,8 @@ from fabric.analysis.report import ideal_spans
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment.checks import fidelity_of
-from fabric.experiment.loop import idle_check, traffic_run, warm_up, Scheduled
+from fabric.experiment.emulated import idle_check, traffic_run, warm_up
+from fabric.experiment.runs import Scheduled
 from fabric.routing.adaptive import params_for_rate
 from fabric.simulation import simulate
 from fabric.simulation.scenario import Fabric

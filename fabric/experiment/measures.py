@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from fabric.analysis.report import ideal_spans, ideal_steady_rates
-from fabric.emulation.traffic import TrafficResult
+from fabric.traffic.result import RunResult
 from fabric.traffic import metrics, sizing
 from fabric.traffic.model import TransportSpec
 
@@ -47,7 +47,7 @@ def steady_measures(result: Any, graph: Any, link_mbps: Any, spray: bool,
             "steady_ideal": None if best is None else round(best, 4)}
 
 
-def ideal_rows(result: TrafficResult, graph: Any, link_mbps: Any, spray: bool = False
+def ideal_rows(result: RunResult, graph: Any, link_mbps: Any, spray: bool = False
                ) -> list[dict[str, Any]] | None:
     """The run's transfer rows as a perfect transport would have made them on the same
     paths (:func:`fabric.analysis.report.ideal_spans`); None when a path is unknown."""
@@ -88,7 +88,7 @@ def mean_or_none(values: list[Any], digits: int = 4) -> float | None:
     return round(statistics.fmean(values), digits) if values else None
 
 
-def pause_summary(result: TrafficResult, lanes: tuple[int, ...] | None = None
+def pause_summary(result: RunResult, lanes: tuple[int, ...] | None = None
                   ) -> dict[str, Any]:
     """How far a run's pauses reached (runs.csv fields; None without flow control):
     ``paused_links`` link directions that paused at least once, ``pause_share_max`` the

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from fabric.emulation import fidelity
 from fabric.emulation.capacity import mean_switch_hops
 from fabric.emulation.shaping import DEFAULT_QUEUE_PKTS
 from fabric.errors import UserError
@@ -34,7 +34,12 @@ from fabric.routing.adaptive import DEFAULT_FLOOR_S, AdaptiveParams, params_for_
 from fabric.simulation import SimResult, simulate
 from fabric.simulation.run import stop_all
 from fabric.simulation.scenario import Fabric
+from fabric.experiment.checks import fidelity_of
+from fabric.experiment.runs import Progress, RowFunction, RunLog, Scheduled
 from fabric.traffic.model import TransportSpec
+
+if TYPE_CHECKING:  # the run context imports this module's time scale
+    from fabric.experiment.context import RunContext
 
 BACKENDS = ("emulator", "ns3")
 SIM_TIME_SCALE = 1e-3  # deadlines and timer floors at physical rates, per emulated second
@@ -136,46 +141,58 @@ def estimate_s(graph: Any, packets_per_host: float) -> float:
 def completion(result: SimResult) -> dict[str, Any]:
     """The fidelity report of a simulated run: every transfer finished. A simulation is
     not CPU-bound, so the emulator's load checks do not apply."""
-    rows = result.transfer_rows()
-    done = sum(1 for r in rows if r["fct_s"] is not None)
-    failed = sum(1 for r in rows if r["send_failed"])
-    check = fidelity.Check("transfers_complete", round(done / len(rows), 4) if rows else 0.0,
-                           1.0, bool(rows) and done == len(rows),
-                           f"{done}/{len(rows)} done" + (f", {failed} gave up after repeated "
-                                                         f"timeouts" if failed else ""))
-    return fidelity.report([check])
+    return fidelity_of(result, [])
 
 
-def run_simulated(fab: SimulatedFabric, runs: Iterable[Any], transport: TransportSpec,
-                  workdir: Path, progress: Any, row_of: Callable, log: Any,
-                  deadline_s: float = 120.0) -> None:
-    """Simulate every run of ``runs`` (``Scheduled``), :data:`SIM_WORKERS` at a time, and
-    log them in order as the emulator's runs are logged; each run keeps its scenario
-    file under ``workdir/<run>``."""
-    runs = list(runs)
+class SimulatorBackend:
+    """The ns-3 simulator: the :class:`~fabric.experiment.backend.Backend` of
+    ``--backend ns3`` (no root)."""
 
-    def simulated(run: Any) -> SimResult:
-        where = workdir / run.name
-        where.mkdir(parents=True, exist_ok=True)
-        return simulate(fab.fabric, run.transfers, transport, seed=run.seed,
-                        deadline_s=deadline_s * fab.time_scale, workdir=where,
-                        window=run.window, adaptive=fab.adaptive)
+    name = "ns3"
+    default_rates = "physical"
 
-    with ThreadPoolExecutor(max_workers=SIM_WORKERS) as pool:
-        futures = [pool.submit(simulated, run) for run in runs]
-        try:
-            for run, future in zip(runs, futures):
-                progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))
-                _log_simulated(run, future.result(), workdir / run.name, progress, row_of,
-                               log)
-        except BaseException:  # interrupted, or one failed: the others' simulators go too
-            pool.shutdown(wait=False, cancel_futures=True)
-            stop_all()
-            raise
+    def default_host_mbps(self, graph: Any, packet_bytes: int, headroom: float = 1.0
+                          ) -> float:
+        """The graph's physical rate (:func:`physical_host_mbps`): a simulation is not
+        bound by the machine."""
+        return physical_host_mbps(graph)
+
+    @contextmanager
+    def bring_up(self, ctx: RunContext, graph: Any, **options: Any
+                 ) -> Iterator[SimulatedFabric]:
+        """The simulated twin of the emulator's bring-up (:func:`simulated_fabric`)."""
+        yield simulated_fabric(graph, ctx.time_scale_of(self.name), **options)
+
+    def run(self, ctx: RunContext, fabric: SimulatedFabric, runs: Iterable[Scheduled],
+            transport: TransportSpec, workdir: Path, progress: Progress, row_of: RowFunction,
+            log: RunLog, deadline_s: float = 120.0) -> None:
+        """Simulate every run of ``runs``, :data:`SIM_WORKERS` at a time, and log them in
+        order as the emulator's runs are logged; each run keeps its scenario file under
+        ``workdir/<run>``."""
+        runs = list(runs)
+
+        def simulated(run: Scheduled) -> SimResult:
+            where = workdir / run.name
+            where.mkdir(parents=True, exist_ok=True)
+            return simulate(fabric.fabric, run.transfers, transport, seed=run.seed,
+                            deadline_s=deadline_s * fabric.time_scale, workdir=where,
+                            window=run.window, adaptive=fabric.adaptive)
+
+        with ThreadPoolExecutor(max_workers=SIM_WORKERS) as pool:
+            futures = [pool.submit(simulated, run) for run in runs]
+            try:
+                for run, future in zip(runs, futures):
+                    progress.step(" ".join(f"{k} {v}" for k, v in run.keys.items()))
+                    _log_simulated(run, future.result(), workdir / run.name, progress,
+                                   row_of, log)
+            except BaseException:  # interrupted, or one failed: the others' simulators go
+                pool.shutdown(wait=False, cancel_futures=True)
+                stop_all()
+                raise
 
 
-def _log_simulated(run: Any, result: SimResult, where: Path, progress: Any,
-                   row_of: Callable, log: Any) -> None:
+def _log_simulated(run: Scheduled, result: SimResult, where: Path, progress: Progress,
+                   row_of: RowFunction, log: RunLog) -> None:
     """A simulated run's fidelity file, progress line and rows."""
     report = completion(result)
     (where / "fidelity.json").write_text(json.dumps(report, indent=1))
@@ -183,10 +200,6 @@ def _log_simulated(run: Any, result: SimResult, where: Path, progress: Any,
               f"{result.telemetry['weight_changes']} groups" if result.telemetry else "")
     progress.say(f"simulated {result.sim_s:.4g} s in {result.wall_s:.1f} s wall, "
                  f"{result.memory_mb:.0f} MB{rounds}")
-    log.reports.append(report)
-    log.rows.append({**run.keys, **row_of(run, result, report), "backend": "ns3",
-                     "wall_s": round(result.wall_s, 2),
-                     "memory_mb": round(result.memory_mb, 1)})
-    log.flows += [{**run.keys, "id": r["id"], "src": r["src"], "dst": r["dst"],
-                   "bytes": r["bytes"], "fct_s": r["fct_s"],
-                   "path": "/".join(r["path"] or [])} for r in result.transfer_rows()]
+    log.add(run, result, report, row_of(run, result, report),
+            {"backend": "ns3", "wall_s": round(result.wall_s, 2),
+             "memory_mb": round(result.memory_mb, 1)})

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -83,6 +83,11 @@ class SimResult:
     plan: Plan
     ports: dict[str, tuple[int, ...]]  # each transfer's UDP source ports (its connection's)
     telemetry: dict[str, int] | None = None  # adaptive: rounds, groups re-weighted
+    # as fabric.traffic.result.RunResult: a simulation has no load checks (a run's
+    # completion is checked by the runner), errors or flow control
+    fidelity: list[Any] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    flow_control: list[dict[str, Any]] = field(default_factory=list)
 
     def transfer_rows(self) -> list[dict[str, Any]]:
         """One row per transfer, as the emulator's ``TrafficResult.transfer_rows``."""

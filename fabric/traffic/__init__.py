@@ -4,7 +4,9 @@
 read), :mod:`~fabric.traffic.collectives` and :mod:`~fabric.traffic.storage`
 (schedules), :mod:`~fabric.traffic.patterns` (named patterns of ``fabric
 traffic``), :mod:`~fabric.traffic.placement` (ranks onto hosts) and
-:mod:`~fabric.traffic.metrics` (FCT, collisions, fairness, rounds).
+:mod:`~fabric.traffic.metrics` (FCT, collisions, fairness, rounds),
+:mod:`~fabric.traffic.sizing` (work in packets) and :mod:`~fabric.traffic.result` (what
+a run gives back, on either backend, and its fidelity checks).
 
 May import: fabric.model.
 """

@@ -7,7 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabric.experiment import checks, loop
+from fabric.experiment import RunContext, checks
+from fabric.experiment.emulated import EmulatorBackend, idle_check
+from fabric.experiment.runs import DEFAULT_ATTEMPTS, Progress, RunLog, Scheduled
 from fabric.analysis import results
 from fabric.emulation import fidelity
 from fabric.traffic.model import Transfer, TransportSpec
@@ -20,14 +22,14 @@ def _result(delay_ms: float, complete: bool = True) -> SimpleNamespace:
     row = {"id": "a", "src": "h0", "dst": "h1", "bytes": 10**6, "path": None,
            "fct_s": 1.0 if complete else None}
     return SimpleNamespace(
-        transfer_rows=lambda: [row], errors=[],
+        transfer_rows=lambda: [row], errors=[], flow_control=[],
         fidelity=[fidelity.Check("ovs_input_delay_ms", delay_ms, DELAY_LIMIT,
                                  delay_ms <= DELAY_LIMIT),
                   fidelity.Check("machine_cpu", 0.5, fidelity.MAX_MACHINE_CPU, True)])
 
 
-def _run(tmp_path: Path, monkeypatch, outcomes: dict[int, list[SimpleNamespace]],
-         attempts: int = loop.DEFAULT_ATTEMPTS) -> tuple[loop.RunLog, list[str]]:
+def _run(tmp_path: Path, outcomes: dict[int, list[SimpleNamespace]],
+         attempts: int = DEFAULT_ATTEMPTS) -> tuple[RunLog, list[str]]:
     """Run seeds 7 and 8; each traffic run of a seed takes that seed's next outcome."""
     dirs, prepared = [], []
 
@@ -37,22 +39,21 @@ def _run(tmp_path: Path, monkeypatch, outcomes: dict[int, list[SimpleNamespace]]
         dirs.append(Path(workdir).name)
         return outcomes[seed].pop(0)
 
-    monkeypatch.setattr(loop, "traffic_run", fake_traffic)
-    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
-        "idle_path_rate", 0.98, 0.9, True))
-    runs = [loop.Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6)], seed,
-                             prepare=lambda emu, seed=seed: prepared.append(seed))
+    runs = [Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6)], seed,
+                      prepare=lambda emu, seed=seed: prepared.append(seed))
             for seed in (7, 8)]
-    log = loop.RunLog(attempts=attempts)
-    loop.run_schedules(SimpleNamespace(save_controller_log=lambda path: None), runs,
-                         TransportSpec("roce"), tmp_path, loop.Progress(2, "test"),
-                         lambda run, result, report: {"delay": result.fidelity[0].value}, log)
+    log = RunLog(attempts=attempts)
+    backend = EmulatorBackend(traffic=fake_traffic, idle=lambda emu, transport, workdir:
+                              fidelity.Check("idle_path_rate", 0.98, 0.9, True))
+    backend.run(RunContext(tmp_path), SimpleNamespace(save_controller_log=lambda path: None),
+                runs, TransportSpec("roce"), tmp_path, Progress(2, "test"),
+                lambda run, result, report: {"delay": result.fidelity[0].value}, log)
     assert prepared == [int(d.split("-")[0]) for d in dirs]  # every attempt is prepared
     return log, dirs
 
 
-def test_an_overloaded_run_is_repeated_and_its_attempt_listed(tmp_path, monkeypatch):
-    log, dirs = _run(tmp_path, monkeypatch, {7: [_result(1.4), _result(0.6)], 8: [_result(0.3)]})
+def test_an_overloaded_run_is_repeated_and_its_attempt_listed(tmp_path):
+    log, dirs = _run(tmp_path, {7: [_result(1.4), _result(0.6)], 8: [_result(0.3)]})
     assert dirs == ["7", "7-attempt2", "8"]
     assert [(r["seed"], r["delay"], r["attempts"]) for r in log.rows] == [(7, 0.6, 2),
                                                                            (8, 0.3, 1)]
@@ -65,10 +66,9 @@ def test_an_overloaded_run_is_repeated_and_its_attempt_listed(tmp_path, monkeypa
     assert [r["workdir"] for r in results.read_csv(tmp_path / "discarded.csv")] == ["7"]
 
 
-def test_a_run_overloaded_every_time_stays_invalid_after_its_last_attempt(tmp_path,
-                                                                          monkeypatch):
-    log, dirs = _run(tmp_path, monkeypatch, {7: [_result(1.4), _result(2.0)],
-                                             8: [_result(0.3)]}, attempts=2)
+def test_a_run_overloaded_every_time_stays_invalid_after_its_last_attempt(tmp_path):
+    log, dirs = _run(tmp_path, {7: [_result(1.4), _result(2.0)], 8: [_result(0.3)]},
+                     attempts=2)
     assert dirs == ["7", "7-attempt2", "8"]
     assert [r["attempts"] for r in log.rows] == [2, 1]
     merged = log.write(tmp_path)
@@ -77,9 +77,9 @@ def test_a_run_overloaded_every_time_stays_invalid_after_its_last_attempt(tmp_pa
 
 
 @pytest.mark.parametrize("attempts", [1, 3])
-def test_a_run_that_failed_anything_else_is_not_repeated(tmp_path, monkeypatch, attempts):
+def test_a_run_that_failed_anything_else_is_not_repeated(tmp_path, attempts):
     # an incomplete transfer is the run's own failure, whatever the load
-    log, dirs = _run(tmp_path, monkeypatch, {7: [_result(1.4, complete=False)],
+    log, dirs = _run(tmp_path, {7: [_result(1.4, complete=False)],
                                              8: [_result(1.4), _result(0.3)]},
                      attempts=attempts)
     assert dirs[:1] == ["7"] and "7-attempt2" not in dirs
@@ -115,8 +115,7 @@ def test_overloaded_means_only_load_dependent_checks_failed():
     ([0.865, 0.97], 2, 0.97),         # the fresh bring-up's first flow fell short
     ([0.60, 0.55], 2, 0.60),          # a path that runs slow fails every try
 ])
-def test_the_idle_path_is_tried_again_when_it_falls_short(tmp_path, monkeypatch, values,
-                                                          tries, kept):
+def test_the_idle_path_is_tried_again_when_it_falls_short(tmp_path, values, tries, kept):
     seen = []
 
     def fake_idle(emu, transport, workdir):
@@ -125,7 +124,6 @@ def test_the_idle_path_is_tried_again_when_it_falls_short(tmp_path, monkeypatch,
         return fidelity.Check("idle_path_rate", value, fidelity.MIN_IDLE_PATH_RATE,
                               value >= fidelity.MIN_IDLE_PATH_RATE)
 
-    monkeypatch.setattr(loop, "idle_path_check", fake_idle)
-    check = loop.idle_check(None, TransportSpec("roce"), tmp_path / "idle")
+    check = idle_check(None, TransportSpec("roce"), tmp_path / "idle", probe=fake_idle)
     assert seen == ["idle", "idle-again"][:tries]
     assert check.value == kept and check.ok == (kept >= fidelity.MIN_IDLE_PATH_RATE)

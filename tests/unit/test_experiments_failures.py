@@ -11,7 +11,6 @@ import pytest
 
 import topologies
 from experiments import EXPERIMENTS, failures
-from fabric.experiment import loop
 from fabric.experiment import RunContext
 from fabric.analysis import results
 from fabric.cli.run import format_table
@@ -275,18 +274,16 @@ def _fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, du
              "send_packets_sent": 10, "recv_packets_received": 10,
              "recv_arrivals": [[t0 + 0.1 * k, t0 + 0.1 * k - 0.01] for k in range(1, 20)]}
             for t in transfers]
-    return SimpleNamespace(transfer_rows=lambda: rows, errors=[], plan=plan,
+    return SimpleNamespace(transfer_rows=lambda: rows, errors=[], plan=plan, flow_control=[],
                            fidelity=[fidelity.Check("ovs_input_delay_ms", 0.1, 1.0, True)])
 
 
 def test_run_injects_restores_and_writes_rows_summary_and_figures(tmp_path, monkeypatch):
     FakeEmulation.actions = []
-    monkeypatch.setattr(loop, "Emulation", FakeEmulation)
-    monkeypatch.setattr(loop, "traffic_run", _fake_traffic)
-    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
-        "idle_path_rate", 0.98, 0.9, True))
     monkeypatch.setattr(failures, "FAIL_AT", 0.0)   # every cut is due at once
-    outcome = failures.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    outcome = failures.EXPERIMENT.run(RunContext(tmp_path, quick=True),
+                                      fake_emulation.backends(_fake_traffic,
+                                                              emulation=FakeEmulation))
     assert outcome.fidelity["valid"] and outcome.seeds == [0]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert [(r["scenario"], r["policy"]) for r in runs] == [

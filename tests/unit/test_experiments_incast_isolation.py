@@ -11,7 +11,6 @@ import pytest
 
 import topologies
 from experiments import EXPERIMENTS, incast, isolation
-from fabric.experiment import loop
 from fabric.experiment.checks import completion_check
 from fabric.analysis import results
 from fabric.emulation.traffic import TrafficResult
@@ -377,23 +376,18 @@ class _FakeEmulation(fake_emulation.FakeEmulation):
 
 
 def _fake_fabric(monkeypatch, module, fail_prefix=None):
-    from fabric.emulation import fidelity
-
+    """Backends on a stand-in fabric, and the RTOs the experiment set (when it sets any)."""
     _FakeEmulation.made = []
     rto_calls = []
-    monkeypatch.setattr(loop, "Emulation", _FakeEmulation)
-    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
-        "idle_path_rate", 0.99, 0.9, True))
 
     def run(emu, transfers, transport, workdir, seed, deadline_s=120.0):
         fail = {t.id for t in transfers if fail_prefix and t.id.startswith(fail_prefix)}
         return fake_result(transfers, fail=fail)
 
-    monkeypatch.setattr(loop, "traffic_run", run)
     if hasattr(module, "set_rto_min"):
         monkeypatch.setattr(module, "set_rto_min",
                             lambda emu, eps, ms: rto_calls.append((len(eps), ms)))
-    return rto_calls
+    return fake_emulation.backends(run, emulation=_FakeEmulation), rto_calls
 
 
 def test_incast_quick_run_writes_everything_and_sets_the_rto_every_run(tmp_path,
@@ -401,8 +395,8 @@ def test_incast_quick_run_writes_everything_and_sets_the_rto_every_run(tmp_path,
     from fabric.experiment import RunContext
     from fabric.cli.run import format_table
 
-    rto_calls = _fake_fabric(monkeypatch, incast)
-    outcome = incast.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    fabric, rto_calls = _fake_fabric(monkeypatch, incast)
+    outcome = incast.EXPERIMENT.run(RunContext(tmp_path, quick=True), fabric)
     made = _FakeEmulation.made
     assert [o.queue_pkts for o in made] == [32] * 3
     assert [o.flow_control is not None for o in made] == [False, True, True]
@@ -428,8 +422,8 @@ def test_incast_quick_run_writes_everything_and_sets_the_rto_every_run(tmp_path,
 def test_incast_run_with_a_failed_transfer_is_invalid(tmp_path, monkeypatch):
     from fabric.experiment import RunContext
 
-    _fake_fabric(monkeypatch, incast, fail_prefix="striped-read/c0/round3/stripe0")
-    outcome = incast.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    fabric, _ = _fake_fabric(monkeypatch, incast, fail_prefix="striped-read/c0/round3/stripe0")
+    outcome = incast.EXPERIMENT.run(RunContext(tmp_path, quick=True), fabric)
     assert not outcome.fidelity["valid"]
     assert not results.read_json(tmp_path / "summary.json")["valid"]
     runs = [r for r in results.read_csv(tmp_path / "runs.csv") if r["senders"] != "0"]
@@ -441,8 +435,8 @@ def test_isolation_quick_run_writes_everything(tmp_path, monkeypatch):
     from fabric.experiment import RunContext
     from fabric.model.lanes import SINGLE_LANE, THREE_LANES
 
-    _fake_fabric(monkeypatch, isolation)
-    outcome = isolation.EXPERIMENT.run(RunContext(tmp_path, quick=True, host_mbps=7.5))
+    fabric, _ = _fake_fabric(monkeypatch, isolation)
+    outcome = isolation.EXPERIMENT.run(RunContext(tmp_path, quick=True, host_mbps=7.5), fabric)
     made = _FakeEmulation.made
     assert [o.lanes for o in made] == [SINGLE_LANE, THREE_LANES] * 2
     assert [o.flow_control is not None for o in made] == [False, False, True, True]
@@ -460,8 +454,8 @@ def test_isolation_quick_run_writes_everything(tmp_path, monkeypatch):
 def test_isolation_run_with_a_failed_ring_is_invalid(tmp_path, monkeypatch):
     from fabric.experiment import RunContext
 
-    _fake_fabric(monkeypatch, isolation, fail_prefix="ring/ch0/step3/chunk0/r2")
-    outcome = isolation.EXPERIMENT.run(RunContext(tmp_path, quick=True, host_mbps=7.5))
+    fabric, _ = _fake_fabric(monkeypatch, isolation, fail_prefix="ring/ch0/step3/chunk0/r2")
+    outcome = isolation.EXPERIMENT.run(RunContext(tmp_path, quick=True, host_mbps=7.5), fabric)
     assert not outcome.fidelity["valid"]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert all(r["collective_ms"] == "" and r["valid"] == "False" for r in runs)

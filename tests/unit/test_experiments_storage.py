@@ -8,7 +8,6 @@ import pytest
 
 import topologies
 from experiments import EXPERIMENTS
-from fabric.experiment import loop
 from experiments import storage as st
 from fabric.experiment import RunContext
 from fabric.analysis import results
@@ -171,23 +170,19 @@ def test_measure_restore(who, graph, source, restore):
     assert failed["restore_s"] is None and failed["storage_link_util"] is None
 
 
-def _fake_fabric(monkeypatch, duration, fail=()):
-    from fabric.emulation import fidelity
-
+def _fake_fabric(duration, fail=()):
+    """Backends whose runs take ``duration(transfer)``; ids in ``fail`` never finish."""
     fake_emulation.FakeEmulation.made = []
-    monkeypatch.setattr(loop, "Emulation", fake_emulation.FakeEmulation)
-    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
-        "idle_path_rate", 0.99, 0.9, True))
-    monkeypatch.setattr(loop, "traffic_run",
-                        lambda emu, transfers, transport, workdir, seed, deadline_s=120.0,
-                        during=None: fake_result(transfers, duration, fail=fail))
+    return fake_emulation.backends(
+        lambda emu, transfers, transport, workdir, seed, deadline_s=120.0, during=None:
+        fake_result(transfers, duration, fail=fail))
 
 
-def test_quick_run_writes_both_parts_and_draws_them(tmp_path, monkeypatch):
+def test_quick_run_writes_both_parts_and_draws_them(tmp_path):
     from fabric.model.lanes import SINGLE_LANE, THREE_LANES
 
-    _fake_fabric(monkeypatch, by_kind(fetch_s=10.0))   # longer than a step at any rate
-    outcome = st.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    fabric = _fake_fabric(by_kind(fetch_s=10.0))   # longer than a step at any rate
+    outcome = st.EXPERIMENT.run(RunContext(tmp_path, quick=True), fabric)
     assert [o.lanes for o in fake_emulation.FakeEmulation.made] == [SINGLE_LANE, THREE_LANES]
     runs = results.read_csv(tmp_path / "runs.csv")
     assert len(runs) == 3 + len(st.SOURCES) * 3 and all(r["valid"] == "True" for r in runs)
@@ -214,10 +209,10 @@ def summary_valid(run_dir):
     return results.read_json(run_dir / "summary.json")["valid"]
 
 
-def test_a_lost_shard_makes_the_run_invalid_and_figures_still_draw(tmp_path, monkeypatch):
+def test_a_lost_shard_makes_the_run_invalid_and_figures_still_draw(tmp_path):
     # shard 4 is a cache miss: read from storage under every source
-    _fake_fabric(monkeypatch, by_kind(), fail={"restore/c0/shard4"})
-    outcome = st.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    fabric = _fake_fabric(by_kind(), fail={"restore/c0/shard4"})
+    outcome = st.EXPERIMENT.run(RunContext(tmp_path, quick=True), fabric)
     assert not outcome.fidelity["valid"] and not summary_valid(tmp_path)
     broken = [r for r in outcome.table if r["part"] == "stampede"]
     assert all(r["restore_s"] is None and not r["valid"] for r in broken)

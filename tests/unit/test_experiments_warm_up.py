@@ -5,30 +5,29 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from fabric.experiment import loop
-from fabric.emulation import fidelity
+from fabric.experiment import RunContext
+from fabric.experiment.emulated import WARM_UP_PACKETS, EmulatorBackend
+from fabric.experiment.runs import Progress, RunLog, Scheduled
 from fabric.traffic.model import Transfer, TransportSpec
+from tests.fake_emulation import idle_ok
 
 
-def test_the_first_run_is_preceded_by_a_few_packets_of_its_transfers(tmp_path: Path,
-                                                                     monkeypatch):
+def test_the_first_run_is_preceded_by_a_few_packets_of_its_transfers(tmp_path: Path):
     calls = []
 
     def fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, during=None):
         calls.append((Path(workdir).name, [t.bytes for t in transfers], seed))
-        return SimpleNamespace(transfer_rows=lambda: [], errors=[], fidelity=[])
+        return SimpleNamespace(transfer_rows=lambda: [], errors=[], fidelity=[],
+                               flow_control=[])
 
-    monkeypatch.setattr(loop, "traffic_run", fake_traffic)
-    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
-        "idle_path_rate", 0.98, 0.9, True))
     transport = TransportSpec("roce", mtu_payload=1000)
-    runs = [loop.Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6),
-                                              Transfer("b", "h1", "h0", 500)], seed)
+    runs = [Scheduled({"seed": seed}, [Transfer("a", "h0", "h1", 10**6),
+                                         Transfer("b", "h1", "h0", 500)], seed)
             for seed in (7, 8)]
-    log = loop.RunLog()
-    loop.run_schedules(SimpleNamespace(save_controller_log=lambda path: None), runs,
-                         transport, tmp_path, loop.Progress(2, "test"),
-                         lambda run, result, report: {}, log)
-    assert calls == [("warm-up", [loop.WARM_UP_PACKETS * 1000, 500], 7),
+    log = RunLog()
+    EmulatorBackend(traffic=fake_traffic, idle=idle_ok).run(
+        RunContext(tmp_path), SimpleNamespace(save_controller_log=lambda path: None), runs,
+        transport, tmp_path, Progress(2, "test"), lambda run, result, report: {}, log)
+    assert calls == [("warm-up", [WARM_UP_PACKETS * 1000, 500], 7),
                      ("7", [10**6, 500], 7), ("8", [10**6, 500], 8)]
     assert [row["seed"] for row in log.rows] == [7, 8]  # the warm-up is not a result

@@ -13,7 +13,6 @@ import pytest
 
 import topologies
 from experiments import EXPERIMENTS, placement, zones
-from fabric.experiment import loop
 from fabric.experiment import RunContext
 from fabric.analysis import results
 from fabric.cli.run import format_table
@@ -267,24 +266,23 @@ def _fake_traffic(fail_ids=()):
         hosts = {ep: [] for ep in fg.endpoints(graph)}
         return SimpleNamespace(transfer_rows=lambda: rows, links=links,
                                paths={r["id"]: r["path"] for r in rows}, errors=[],
+                               flow_control=[],
                                plan=Plan(list(transfers), hosts, transport, 10.0),
                                fidelity=[fidelity.Check("ovs_input_delay_ms", 0.1, 1.0, True)])
     return traffic_run
 
 
-def _patch(monkeypatch, module, fail_ids=()):
-    monkeypatch.setattr(loop, "Emulation", FakeEmulation)
-    monkeypatch.setattr(loop, "traffic_run", _fake_traffic(fail_ids))
-    monkeypatch.setattr(loop, "idle_check", lambda emu, transport, workdir: fidelity.Check(
-        "idle_path_rate", 0.98, 0.9, True))
+def _fabric(fail_ids=()):
+    """Backends on a stand-in fabric whose transfers take 1.25 s (``fail_ids`` never end)."""
+    return fake_emulation.backends(_fake_traffic(fail_ids), emulation=FakeEmulation)
 
 
 @pytest.mark.parametrize("module", [zones, placement])
 def test_run_writes_rows_summary_and_figures(tmp_path, monkeypatch, module):
-    _patch(monkeypatch, module)
+    fabric = _fabric()
     if module is placement:
         monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
-    outcome = module.EXPERIMENT.run(RunContext(tmp_path, quick=True))
+    outcome = module.EXPERIMENT.run(RunContext(tmp_path, quick=True), fabric)
     assert outcome.table and outcome.parameters and outcome.notes is not None
     assert outcome.fidelity["valid"] is True and outcome.seeds == [0, 1]
     runs = results.read_csv(tmp_path / "runs.csv")
@@ -302,9 +300,9 @@ def test_run_writes_rows_summary_and_figures(tmp_path, monkeypatch, module):
         assert path.stat().st_size > 1000
 
 
-def test_zones_run_rows_carry_placements_and_interzone_bytes(tmp_path, monkeypatch):
-    _patch(monkeypatch, zones)
-    zones.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1))
+def test_zones_run_rows_carry_placements_and_interzone_bytes(tmp_path):
+    fabric = _fabric()
+    zones.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1), fabric)
     runs = results.read_csv(tmp_path / "runs.csv")
     assert [r["placement"] for r in runs] == list(zones.PLACEMENTS)
     assert all(r["interzone_bytes"] == "1000" for r in runs)
@@ -314,9 +312,9 @@ def test_zones_run_rows_carry_placements_and_interzone_bytes(tmp_path, monkeypat
 
 
 def test_an_incomplete_run_is_not_swallowed(tmp_path, monkeypatch):
-    _patch(monkeypatch, placement, fail_ids={"scattered-ring/ch0/step0/chunk0/r0"})
+    fabric = _fabric(fail_ids={"scattered-ring/ch0/step0/chunk0/r0"})
     monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
-    outcome = placement.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1))
+    outcome = placement.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1), fabric)
     assert outcome.fidelity["valid"] is False
     failed = [c for c in outcome.fidelity["checks"] if not c["ok"]]
     assert [c["name"] for c in failed] == ["transfers_complete"]
@@ -328,9 +326,9 @@ def test_an_incomplete_run_is_not_swallowed(tmp_path, monkeypatch):
 
 
 def test_placement_uses_one_host_rate_for_both_fabrics(tmp_path, monkeypatch):
-    _patch(monkeypatch, placement)
+    fabric = _fabric()
     monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
-    placement.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1))
+    placement.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1), fabric)
     runs = results.read_csv(tmp_path / "runs.csv")
     assert {r["host_mbps"] for r in runs} == {str(placement.common_host_mbps(
         [topologies.build(s) for _, s in placement.topology_specs(None)]))}

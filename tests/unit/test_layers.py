@@ -32,7 +32,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "fabric.host": frozenset(),
     "fabric.emulation": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
                                    "fabric.host"}),
-    "fabric.analysis": frozenset({"fabric.model", "fabric.traffic", "fabric.emulation"}),
+    # a run's result is read through fabric.traffic.result, whichever backend made it
+    "fabric.analysis": frozenset({"fabric.model", "fabric.traffic"}),
     # it builds the fabrics an experiment names: the builders sit beside fabric
     "fabric.experiment": frozenset({"fabric.model", "fabric.routing", "fabric.traffic",
                                     "fabric.host", "fabric.emulation", "fabric.analysis",
@@ -263,7 +264,7 @@ def test_rules_report_a_wrong_import(rel, text, expected):
      "from fabric.emulation import Emulation\n"),
     ("experiments/probe.py", "from fabric.emulation import Emulation\n"
      "from fabric.experiment import Runner\nfrom controllers import userapp\n"),
-    ("benchmarks/probe.py", "from fabric.experiment.loop import traffic_run\n"
+    ("benchmarks/probe.py", "from fabric.experiment.emulated import traffic_run\n"
      "from fabric.agent.runner import per_process\n"),
 ])
 def test_rules_accept_an_allowed_import(rel, text):
@@ -360,3 +361,62 @@ def test_public_imports_keep_working():
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+# --- the backend seam -----------------------------------------------------------------
+# What one backend brings up or returns: code that runs on "a backend" never tests for one.
+BACKEND_TYPES = frozenset({"Emulation", "SimulatedFabric", "EmulatorBackend",
+                           "SimulatorBackend", "TrafficResult", "SimResult"})
+RUN_LOOP_MODULES = ("loop", "emulated", "simulated", "backend")
+
+
+def backend_isinstance(text: str) -> list[int]:
+    """Lines of ``isinstance(x, T)`` calls whose ``T`` names a backend's type."""
+    lines = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" \
+                and len(node.args) == 2:
+            names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", None)
+                     for n in ast.walk(node.args[1])}
+            if names & BACKEND_TYPES:
+                lines.append(node.lineno)
+    return lines
+
+
+def run_loop_patches(text: str) -> list[int]:
+    """Lines that patch a global of the run loop's modules (``setattr(loop, ...)`` or by
+    dotted name) instead of handing the runner a backend."""
+    lines = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "setattr" \
+                and node.args:
+            target = node.args[0]
+            name = (target.id if isinstance(target, ast.Name) else
+                    target.value if isinstance(target, ast.Constant) else "")
+            if isinstance(name, str) and (name in RUN_LOOP_MODULES or any(
+                    name.startswith(f"fabric.experiment.{m}") for m in RUN_LOOP_MODULES)):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_seam_checks_find_what_they_look_for():
+    assert backend_isinstance("if isinstance(emu, SimulatedFabric):\n    pass\n") == [1]
+    assert backend_isinstance("isinstance(r, (dict, simulated.SimResult))\n") == [1]
+    assert backend_isinstance("isinstance(x, dict)\n") == []
+    assert run_loop_patches("monkeypatch.setattr(loop, 'traffic_run', f)\n") == [1]
+    assert run_loop_patches("mp.setattr('fabric.experiment.emulated.traffic_run', f)\n") == [1]
+    assert run_loop_patches("monkeypatch.setattr(failures, 'FAIL_AT', 0.0)\n") == []
+
+
+@pytest.mark.parametrize("path", [p for package in PACKAGES for p in _files(package)],
+                         ids=_rel)
+def test_no_code_asks_which_backend_it_has(path):
+    assert backend_isinstance(path.read_text()) == [], \
+        f"{_rel(path)}: an isinstance on a backend's type; ask the Runner or the Backend"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests").rglob("*.py"))
+                         + sorted((ROOT / "examples").rglob("*.py")), ids=_rel)
+def test_tests_hand_the_runner_backends_instead_of_patching_the_run_loop(path):
+    assert run_loop_patches(path.read_text()) == [], \
+        f"{_rel(path)}: patches the run loop; pass backends (tests/fake_emulation.backends)"

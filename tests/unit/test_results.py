@@ -200,7 +200,7 @@ def test_every_series_of_a_figure_has_its_own_colour_and_marker():
 
 
 def test_progress_gives_no_estimate_before_a_step_finished(capsys):
-    from fabric.experiment.loop import Progress
+    from fabric.experiment.runs import Progress
 
     progress = Progress(3, "probe")
     progress.step("first")
