@@ -50,6 +50,7 @@ from fabric.emulation.machine_speed import default_host_mbps
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.errors import UserError
 from fabric.model import graph as fg
+from fabric.routing.policies import POLICIES, sprays
 from fabric.traffic import collectives, ideal, sizing
 from fabric.traffic.model import CONGESTION_CONTROLS, SPRAY_ENTROPY_PORTS, TransportSpec
 from fabric.traffic.placement import rank_hosts
@@ -211,7 +212,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", nargs="?", default="rail-clos")
     parser.add_argument("--pattern", choices=PATTERNS, default="ring-allreduce")
-    parser.add_argument("--policy", choices=("ecmp", "spray", "adaptive"), default="spray")
+    parser.add_argument("--policy", choices=POLICIES, default="spray")
     parser.add_argument("--cc", choices=CONGESTION_CONTROLS, default="swift")
     parser.add_argument("--sizes", type=positive_sizes, default=[250, 500, 1000, 2000],
                         help="buffer per rank (one-flow patterns: each flow), in packets")
@@ -234,7 +235,7 @@ def main() -> None:
         parser.error(f"argument --chunks: {args.pattern} has no steps to split")
     graph = topologies.build(args.spec)
     transport = TransportSpec("roce", cc=args.cc,
-                              entropy="flow" if args.policy == "ecmp" else args.spray_entropy,
+                              entropy=args.spray_entropy if sprays(args.policy) else "flow",
                               entropy_ports=args.entropy_ports)
     rate = args.host_mbps or default_host_mbps(
         graph, packet_bytes=transport.packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
@@ -249,7 +250,7 @@ def main() -> None:
         for packets in args.sizes:
             for chunks in args.chunks:
                 one_size(emu, args.pattern, args.seed, packets, transport,
-                         args.policy != "ecmp", workdir, chunks, args.slots)
+                         sprays(args.policy), workdir, chunks, args.slots)
 
 
 if __name__ == "__main__":

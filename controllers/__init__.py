@@ -5,4 +5,4 @@ import os-ken, so only the launcher imports them.
 """
 
 POLICIES = {"ecmp": "controllers.ecmp", "spray": "controllers.spray",
-            "adaptive": "controllers.adaptive"}
+            "adaptive": "controllers.adaptive", "static": "controllers.static"}

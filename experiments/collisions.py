@@ -12,6 +12,9 @@ RoCEv2-like transport. Each seed changes the source ports
 Published anchors: ECMP reaches about 60-68 % of line rate, spraying 90 %
 or more (vendor claim: 95 % vs 60 %); the balls-into-bins expectation of
 the share of N paths that N flows hit is 1-(1-1/N)^N (68 % for N=4).
+``--policies`` adds ``static``, InfiniBand's planned routes: a shift (the stride)
+shares no link (OpenSM's design goal), random permutations reach 55-60 % of the
+bisection (Hoefler, Schneider, Lumsdaine, Cluster 2008).
 """
 
 
@@ -30,9 +33,12 @@ from fabric.experiment import (Experiment, Measured, Mode, Option, RunContext, R
                                Scheduled, simulated)
 from fabric.experiment.measures import (as_float, steady_measures, steady_window,
                                         transport_losses)
-from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
+from fabric.experiment.options import (POLICIES_OPTION, ROCE_OPTIONS, SPRAY_ENTROPY,
+                                       chosen_policies)
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
+from fabric.routing.policies import POLICIES as ROUTING_POLICIES, sprays
+from fabric.routing.static import static_route_tables
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
 from fabric.traffic import sizing
@@ -42,7 +48,7 @@ from fabric.traffic.workloads import (BUFFER_PACKETS, FLOW_PACKETS, ONE_FLOW_PAT
 
 NAME = "collisions"
 QUESTION = "How much line rate does per-flow ECMP lose to collisions, vs spraying and adaptive?"
-POLICIES = ("ecmp", "spray", "adaptive")
+POLICIES = ("ecmp", "spray", "adaptive")  # the default comparison (--policies: any of routing's)
 PATTERNS = ("stride", "permutation", "ring-allreduce", "all-to-all")
 ABLATION_PATTERNS = ("stride", "permutation")  # the transport ablation: the main patterns
 ABLATION_CCS = ("swift", "dcqcn", "loss")  # on lossy Ethernet: "none" would only drop
@@ -58,6 +64,26 @@ ABLATION_METRICS = (("efficiency", "rate efficiency", "measured mean rate\n/ ide
 RATE_SHARE = {"stride": 1.0, "permutation": 1.0, "ring-allreduce": 1.0, "all-to-all": 0.5}
 ANCHORS = {"ecmp": "0.60-0.68", "spray": ">=0.90", "adaptive": ">=0.90"}
 ANCHOR_RANGES = {"ecmp": (0.60, 0.68), "spray": (0.90, 0.95), "adaptive": (0.90, 0.95)}
+# the planned static routes, by pattern: a shift meets no shared link (OpenSM's fat-tree
+# engine's design goal), random permutations reach 55-60 % of a full-bisection fat-tree
+# (Hoefler, Schneider, Lumsdaine, "Multistage switches are not crossbars", Cluster 2008)
+STATIC_ANCHORS = {"stride": (1.0, 1.0), "permutation": (0.55, 0.60)}
+
+
+def anchor_range(policy: str, pattern: str) -> tuple[float, float] | None:
+    """The published range of ``policy``'s throughput on ``pattern`` (None: none)."""
+    if policy == "static":
+        return STATIC_ANCHORS.get(pattern)
+    return ANCHOR_RANGES.get(policy)
+
+
+def anchor_text(policy: str, pattern: str) -> str | None:
+    """The anchor column of a table row."""
+    if policy == "static":
+        band = STATIC_ANCHORS.get(pattern)
+        return None if band is None else (f"{band[0]:.2f}" if band[0] == band[1]
+                                          else f"{band[0]:.2f}-{band[1]:.2f}")
+    return ANCHORS.get(policy)
 SPRAY_TEXT = {"packet": f"the next of {SPRAY_ENTROPY_PORTS} source ports per packet",
               "recycle": f"{SPRAY_ENTROPY_PORTS} source ports, the ones echoed as uncongested "
                          f"reused first (REPS)"}
@@ -75,7 +101,7 @@ def app_spec(text: str) -> str:
     from controllers import userapp
 
     spec = userapp.app_spec_argument(text)
-    if app_policy(spec) in POLICIES:
+    if app_policy(spec) in ROUTING_POLICIES:
         raise argparse.ArgumentTypeError(f"class {app_policy(spec)!r} has a built-in "
                                          f"policy's name; rename it")
     return spec
@@ -97,18 +123,17 @@ def app_policy(spec: str) -> str:
 
 
 def run_policies(ctx: RunContext) -> tuple[str, ...]:
-    """The built-in policies, then the user's app if there is one; on the ns-3 backend
-    the policies it models."""
-    if ctx.backend == "ns3":
-        return simulated.SIMULATED_POLICIES
+    """The policies compared (``--policies``, or :data:`POLICIES`), then the user's app
+    if there is one."""
     app = ctx.get(CONTROLLER_APP)
-    return POLICIES + ((app_policy(app),) if app else ())
+    return chosen_policies(ctx, POLICIES) + ((app_policy(app),) if app else ())
 
 
 def policies_in(rows: list[dict[str, Any]]) -> list[str]:
     """The policies of a run's rows: the built-in ones in order, then any other."""
     present = {r["policy"] for r in rows}
-    return [p for p in POLICIES if p in present] + sorted(present - set(POLICIES))
+    return ([p for p in ROUTING_POLICIES if p in present]
+            + sorted(present - set(ROUTING_POLICIES)))
 
 
 # --- schedules and rows ------------------------------------------------------------
@@ -140,8 +165,8 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 
 def _routing(ctx: RunContext, policy: str) -> tuple[str, dict[str, Any]]:
     """The senders' entropy under ``policy`` and the bring-up's routing options."""
-    if policy in POLICIES:
-        return ("flow" if policy == "ecmp" else ctx.get(SPRAY_ENTROPY)), {"policy": policy}
+    if policy in ROUTING_POLICIES:
+        return (ctx.get(SPRAY_ENTROPY) if sprays(policy) else "flow"), {"policy": policy}
     # the user's app routes; the senders do what its entropy says
     return ctx.get(APP_ENTROPY), {"controller_app": ctx.get(CONTROLLER_APP)}
 
@@ -235,8 +260,9 @@ def top_tier_paths(graph: Any) -> int:
 
 def expected_throughput(policy: str, pattern: str, paths: int) -> float | None:
     """Theory for the stride: ECMP's flows hit 1-(1-1/N)^N of N paths on average
-    (balls into bins); a perfect spray uses them all. None for other patterns."""
-    if pattern != "stride" or policy not in POLICIES:  # no theory for a user's app
+    (balls into bins); a perfect spray uses them all, and so do the planned static
+    routes (the stride is a shift: no link shared). None for other patterns."""
+    if pattern != "stride" or policy not in ROUTING_POLICIES:  # no theory for a user's app
         return None
     return round(balls_into_bins_expected_utilisation(paths), 4) if policy == "ecmp" else 1.0
 
@@ -267,7 +293,8 @@ def table_of(rows: list[dict[str, Any]], paths: dict[str, int]) -> list[dict[str
                       "ideal": mean("ideal"), "steady": mean("steady"),
                       "steady_ideal": mean("steady_ideal"), "efficiency": mean("efficiency"),
                       "span_efficiency": mean("span_efficiency"),
-                      "anchor": ANCHORS.get(policy), "collisions": mean("collisions", 2),
+                      "anchor": anchor_text(policy, pattern),
+                      "collisions": mean("collisions", 2),
                       "max_flows_per_link": max(maxes) if maxes else None,
                       "drop_frac": mean("drop_frac", 5),
                       "rto": sum(r["rto"] for r in group),
@@ -305,10 +332,10 @@ def _throughput_panel(ax: Any, runs: list[dict[str, Any]], topo: str, pattern: s
                        **plotstyle.series_style(policy, i))
         plotstyle.ideal_ticks(ax, i + 0.32, ideals, plotstyle.IDEAL_LABEL if i == 0 else None)
     if pattern in ONE_FLOW_PATTERNS:  # the anchors are one flow per host
-        for i, policy in enumerate(p for p in policies if p in ANCHOR_RANGES):
-            low, high = ANCHOR_RANGES[policy]
+        bands = [(i, anchor_range(p, pattern)) for i, p in enumerate(policies)]
+        for k, (i, (low, high)) in enumerate((i, b) for i, b in bands if b is not None):
             ax.fill_between([i - 0.3, i + 0.3], low, high, color="grey", alpha=0.2, lw=0,
-                            label="published anchor" if i == 0 else None)
+                            label="published anchor" if k == 0 else None)
     if pattern == "stride":  # the balls-into-bins theory is for the stride
         ax.axhline(balls_into_bins, ls="--", color="grey", lw=1,
                    label="ECMP theory 1-(1-1/N)$^N$")
@@ -408,9 +435,9 @@ def uplink_figure(data: RunData) -> Any:
         image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1)
         ax.grid(False)
         ax.set_title(policy)
-        if policy == "ecmp":  # one path per flow: write each link's flow count in its cell
-            _write_counts(ax, flows_per_link(flows), links, keys, grid)
-            ax.set_title("ecmp (number: flows on the link)")
+        if policy in ROUTING_POLICIES and not sprays(policy):  # one path per flow: write
+            _write_counts(ax, flows_per_link(flows), links, keys, grid)  # each link's count
+            ax.set_title(f"{policy} (number: flows on the link)")
         ax.set_xticks(range(len(keys)), [f"{p[:6]} {s}" for p, s in keys], rotation=90,
                       fontsize=6)
         ax.set_xlabel("run (pattern, seed)")
@@ -454,9 +481,11 @@ class Collisions(Experiment):
     name = NAME
     question = QUESTION
     modes = {"quick": Mode(seeds=2), "full": Mode(seeds=10)}
-    options = ROCE_OPTIONS + (CONTROLLER_APP, APP_ENTROPY)
+    options = ROCE_OPTIONS + (POLICIES_OPTION, CONTROLLER_APP, APP_ENTROPY)
     simulates = True
-    anchors = {"ecmp": "60-68 % of line rate", "spray": ">= 90 % (vendor: 95 % vs 60 %)"}
+    anchors = {"ecmp": "60-68 % of line rate", "spray": ">= 90 % (vendor: 95 % vs 60 %)",
+               "static": "a shift: 100 % (OpenSM fat-tree engine); random permutations: "
+                         "55-60 % of the bisection (Hoefler et al., Cluster 2008)"}
 
     def topologies(self, ctx: RunContext) -> list[str]:
         if ctx.topo:
@@ -464,9 +493,11 @@ class Collisions(Experiment):
         return ["rail-clos"] if ctx.quick else ["rail-clos", "fat-tree"]
 
     def check(self, ctx: RunContext) -> None:
-        """Refuse a topology the patterns cannot run on."""
+        """Refuse a topology the patterns, or the planned static routes, cannot run on."""
         for spec in self.topologies(ctx):
             graph = topologies.build(spec)
+            if "static" in run_policies(ctx):
+                static_route_tables(graph)  # StaticRoutingError: a graph without tiers
             for pattern in ("stride",) if ctx.quick else PATTERNS:
                 if (len(fg.nodes_with_role(graph, "host")) < 2
                         or not pattern_transfers(graph, pattern, 0, ctx.roce())[0]):

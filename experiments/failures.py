@@ -55,16 +55,18 @@ from fabric.emulation import Emulation, capacity, fidelity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
 from fabric.experiment.measures import as_float, transport_losses
-from fabric.experiment.options import CC, ROCE_MTU, ROCE_OPTIONS, SPRAY_ENTROPY
+from fabric.experiment.options import (CC, POLICIES_OPTION, ROCE_MTU, ROCE_OPTIONS,
+                                       SPRAY_ENTROPY, chosen_policies)
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
+from fabric.routing.policies import POLICIES as ROUTING_POLICIES, sprays
 from fabric.traffic import collectives, ideal, sizing
 from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "failures"
 QUESTION = "Which routing policy keeps a collective running when a link fails, flaps or slows?"
-POLICIES = ("ecmp", "spray", "adaptive")
+POLICIES = ("ecmp", "spray", "adaptive")  # the default comparison (--policies: any of routing's)
 SCENARIOS = ("healthy", "link-down", "degraded", "flapping", "spine-down")
 COLLECTIVE = "ring-allreduce"
 # Per-rank buffer in packets (the same at every rate): the ring moves 2(N-1)/N of it,
@@ -425,7 +427,8 @@ def ring_ranks(graph: nx.Graph, seed: int) -> list[str]:
     return rank_hosts(graph, placement="random", seed=seed)
 
 
-def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) -> float:
+def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None,
+                        policies: tuple[str, ...] = POLICIES) -> float:
     """Wall-clock estimate (pure): a run at half the line rate, slower ones twice that."""
     count = seeds or (1 if quick else 5)
     ranks = len(fg.nodes_with_role(graph, "host"))
@@ -434,7 +437,7 @@ def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) 
                                TransportSpec("roce"), mbps)
     per_policy = BRINGUP_S + count * sum(RUN_OVERHEAD_S + (4 if s == "degraded" else 2) * t_line
                                          for s in SCENARIOS)
-    return len(POLICIES) * per_policy
+    return len(policies) * per_policy
 
 
 def _schedules(graph: nx.Graph, policy: str, seeds: list[int], size: int, host_mbps: float,
@@ -492,7 +495,7 @@ def _row_function(runner: Runner, graph: nx.Graph, emu: Emulation, spec: str, si
 def _present(runs: list[dict]) -> tuple[list[str], list[str]]:
     """The failure scenarios and the policies of a run directory."""
     return ([s for s in SCENARIOS[1:] if any(r["scenario"] == s for r in runs)],
-            [p for p in POLICIES if any(r["policy"] == p for r in runs)])
+            [p for p in ROUTING_POLICIES if any(r["policy"] == p for r in runs)])
 
 
 ENTROPY_WORDS = {"recycle": "recycling the ports echoed as uncongested",
@@ -614,7 +617,7 @@ class Failures(Experiment):
     question = QUESTION
     default_topology = "rail-clos"
     modes = {"quick": Mode(seeds=1), "full": Mode(seeds=5)}
-    options = ROCE_OPTIONS
+    options = ROCE_OPTIONS + (POLICIES_OPTION,)
     anchors = ANCHORS
 
     def check(self, ctx: RunContext) -> None:
@@ -632,10 +635,11 @@ class Failures(Experiment):
                 make_scenario(name, graph, ranks, 1.0, 2.0, 1e-3)
 
     def run_count(self, ctx: RunContext) -> int:
-        return len(POLICIES) * len(self.seeds(ctx)) * len(SCENARIOS)
+        return len(chosen_policies(ctx, POLICIES)) * len(self.seeds(ctx)) * len(SCENARIOS)
 
     def estimate_s(self, ctx: RunContext) -> float:
-        return estimate_duration_s(self.graph(ctx), ctx.quick, len(self.seeds(ctx)))
+        return estimate_duration_s(self.graph(ctx), ctx.quick, len(self.seeds(ctx)),
+                                   chosen_policies(ctx, POLICIES))
 
     def measure(self, ctx: RunContext, runner: Runner) -> Measured:
         """One bring-up per policy; per seed, the healthy run and every scenario."""
@@ -645,13 +649,12 @@ class Failures(Experiment):
         host_mbps = ctx.host_mbps or default_host_mbps(
             graph, packet_bytes=packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
         overhead = ideal.transport_overhead("roce", ctx.get(ROCE_MTU))
-        for policy in POLICIES:
+        for policy in chosen_policies(ctx, POLICIES):
             with runner.bring_up(graph, policy=policy, host_mbps=host_mbps,
                                  packet_bytes=packet_bytes) as emu:
                 used = emu.report.rate_plan.host_mbps
-                transport = ctx.roce(entropy="flow" if policy == "ecmp"
-                                     else ctx.get(SPRAY_ENTROPY),
-                                     entropy_ports=256, timeline=True)
+                transport = ctx.roce(entropy=ctx.get(SPRAY_ENTROPY) if sprays(policy)
+                                     else "flow", entropy_ports=256, timeline=True)
                 size = sizing.bytes_of(BUFFER_PACKETS[ctx.quick], transport)
                 runner.run(emu, _schedules(graph, policy, self.seeds(ctx), size, used,
                                            emu.report.rate_plan.packet_s),
@@ -661,7 +664,8 @@ class Failures(Experiment):
                            deadline_s=DEADLINE_FACTOR * line_rate_s(
                                len(ring_ranks(graph, 0)), size, used))
         return Measured(
-            {"topology": spec, "policies": POLICIES, "scenarios": SCENARIOS,
+            {"topology": spec, "policies": chosen_policies(ctx, POLICIES),
+             "scenarios": SCENARIOS,
              "collective": COLLECTIVE, "placement": "random", "transport": "roce",
              "cc": ctx.get(CC), "roce_mtu": ctx.get(ROCE_MTU),
              "spray_entropy": ctx.get(SPRAY_ENTROPY),
@@ -681,7 +685,7 @@ class Failures(Experiment):
         worst reroute and stall, and every timeout and lost byte."""
         table = []
         for scenario in SCENARIOS:
-            for policy in POLICIES:
+            for policy in ROUTING_POLICIES:
                 group = [r for r in rows if r["scenario"] == scenario and r["policy"] == policy]
                 if not group:
                     continue

@@ -11,15 +11,16 @@ runs over the remaining endpoints, its ranks taken leaf by leaf in turn, so ever
 ring step crosses the spines and some enter the hot leaf.
 
 Part ``routing`` (head-of-line blocking): one lossless lane for everything, no
-congestion control (Fire-Flyer's choice) and each routing policy in turn: static
-per-flow hashing (``ecmp``), packet spraying and adaptive routing. Spreading
+congestion control (Fire-Flyer's choice) and each routing policy in turn: the subnet
+manager's planned static routes (``static``, Fire-Flyer's), per-flow hashing
+(``ecmp``), packet spraying and adaptive routing. Spreading
 packets over every path gives the incast every spine too, so its pauses can reach
 every path the ring has; per-flow paths confine them to the spines the incast's
 flows hashed onto. Fire-Flyer chose static routing because adaptive routing
 spread congestion this way.
 
-Part ``cc``: three lossless lanes (collective, storage, the rest), static
-routing, and mixed traffic (the ring, the striped read and a latency probe: one
+Part ``cc``: three lossless lanes (collective, storage, the rest), the planned
+static routes, and mixed traffic (the ring, the striped read and a latency probe: one
 small message at a time across the hot leaf's downlinks, in the default lane)
 under each roce congestion control: none (Fire-Flyer disabled DCQCN), dcqcn and
 swift.
@@ -47,6 +48,7 @@ from fabric.experiment.options import ROCE_MTU, SPRAY_ENTROPY
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, SINGLE_LANE, THREE_LANES
+from fabric.routing.policies import sprays
 from fabric.traffic import collectives, metrics, sizing, storage
 from fabric.traffic.ideal import transport_overhead
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, ScheduleError, Transfer, TransportSpec
@@ -57,7 +59,7 @@ QUESTION = ("On a lossless fabric, does spreading traffic over every path spread
             "incast's pauses to a collective, and which congestion control serves mixed "
             "traffic best?")
 DEFAULT_TOPO = "rail-clos"
-POLICIES = ("ecmp", "spray", "adaptive")  # part "routing"; ecmp stands for static routing
+POLICIES = ("static", "ecmp", "spray", "adaptive")  # part "routing"; Fire-Flyer's first
 CCS = ("none", "dcqcn", "swift")  # part "cc"
 ROUTING_CC = "none"  # Fire-Flyer runs without congestion control
 PHASES = ("baseline", "storage")
@@ -401,10 +403,10 @@ class Lossless(Experiment):
         common = {"host_mbps": host_mbps, "packet_bytes": packet_bytes, "flow_control": fc}
         for policy in POLICIES:
             with runner.bring_up(graph, policy=policy, lanes=SINGLE_LANE, **common) as emu:
-                entropy = "flow" if policy == "ecmp" else ctx.get(SPRAY_ENTROPY)
+                entropy = ctx.get(SPRAY_ENTROPY) if sprays(policy) else "flow"
                 self._loop(ctx, runner, emu, who, ("routing", policy), ctx.roce(
                     cc=ROUTING_CC, entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS), False)
-        with runner.bring_up(graph, policy="ecmp", lanes=THREE_LANES, **common) as emu:
+        with runner.bring_up(graph, policy="static", lanes=THREE_LANES, **common) as emu:
             for cc in CCS:
                 self._loop(ctx, runner, emu, who, ("cc", cc), ctx.roce(cc=cc), True)
         return Measured(

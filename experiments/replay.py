@@ -55,9 +55,11 @@ from fabric.errors import UserError
 from fabric.experiment import (Experiment, Measured, Mode, Option, RunContext, RunData, Runner,
                                Scheduled)
 from fabric.experiment.measures import as_float
-from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
+from fabric.experiment.options import (POLICIES_OPTION, ROCE_OPTIONS, SPRAY_ENTROPY,
+                                       chosen_policies)
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
+from fabric.routing.policies import POLICIES as ROUTING_POLICIES, sprays
 from fabric.traffic import sizing
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, Transfer, TransportSpec
 from fabric.traffic.trace import Workload, load_trace
@@ -71,7 +73,7 @@ QUESTION = ("How long does a training job's step take on the fabric, how much of
             "under each routing policy?")
 DEFAULT_TOPO = "rail-clos"
 DEFAULT_TRACE = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces" / "kineto"
-POLICIES = ("ecmp", "spray", "adaptive")
+POLICIES = ("ecmp", "spray", "adaptive")  # the default comparison (--policies: any of routing's)
 # the busiest rank's fabric bytes of one step, in full packets (quick, full; 0.3 and 0.8 s
 # of 4 KiB roce packets at 12.5 Mbit/s)...
 TARGET_COMM_PACKETS = {True: 112, False: 300}
@@ -364,7 +366,7 @@ def table_of(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per policy and job: its step time alone and together, the slowdown, the ideal and
     the exposed communication (job milliseconds, means over seeds)."""
     table = []
-    for policy in [p for p in POLICIES if any(r["policy"] == p for r in rows)]:
+    for policy in [p for p in ROUTING_POLICIES if any(r["policy"] == p for r in rows)]:
         mine = [r for r in rows if r["policy"] == policy]
         for name in job_names(mine):
             alone = [r for r in mine if r["scenario"] == f"{name} alone"]
@@ -394,7 +396,7 @@ def table_of(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def step_figure(data: RunData) -> Any:
     """Step time per policy: each job alone and together, with the ideal."""
     runs, names = data.runs, job_names(data.runs)
-    policies = [p for p in POLICIES if any(r["policy"] == p for r in runs)]
+    policies = [p for p in ROUTING_POLICIES if any(r["policy"] == p for r in runs)]
     bars = [(name, scenario) for name in names
             for scenario in ((f"{name} alone", "together") if len(names) > 1
                              else (f"{name} alone",))]
@@ -424,7 +426,7 @@ def exposed_figure(data: RunData) -> Any:
     """Each job's step alone, split into the critical rank's compute and the exposed
     communication, per policy."""
     runs, names = data.runs, job_names(data.runs)
-    policies = [p for p in POLICIES if any(r["policy"] == p for r in runs)]
+    policies = [p for p in ROUTING_POLICIES if any(r["policy"] == p for r in runs)]
     labels, compute, exposed = [], [], []
     for policy in policies:
         for name in names:
@@ -453,7 +455,7 @@ class ReplayExperiment(Experiment):
     question = QUESTION
     default_topology = DEFAULT_TOPO
     modes = {"quick": Mode(seeds=1), "full": Mode(seeds=3)}
-    options = (TRACE, WORKLOAD, PLACEMENT, *ROCE_OPTIONS)
+    options = (TRACE, WORKLOAD, PLACEMENT, *ROCE_OPTIONS, POLICIES_OPTION)
     anchors = {"meta-llama3": "Llama 3 405B training: exposed communication kept small by "
                               "overlap; a second job on shared links slows both",
                "nccl": "NCCL: ring all-reduce busbw close to the link rate on a "
@@ -472,13 +474,15 @@ class ReplayExperiment(Experiment):
                                 f"server, with placement {job.placement})")
 
     def run_count(self, ctx: RunContext) -> int:
-        return len(POLICIES) * len(self.seeds(ctx)) * len(scenarios(jobs_of(ctx)))
+        return (len(chosen_policies(ctx, POLICIES)) * len(self.seeds(ctx))
+                * len(scenarios(jobs_of(ctx))))
 
     def estimate_s(self, ctx: RunContext) -> float:
         jobs, graph = jobs_of(ctx), self.graph(ctx)
         per_run = RUN_OVERHEAD_S + run_seconds(graph, jobs, self._base_mbps(ctx, graph),
                                                ctx.roce(), ctx.quick)
-        return len(POLICIES) * (BRINGUP_S + len(self.seeds(ctx)) * len(scenarios(jobs)) * per_run)
+        return len(chosen_policies(ctx, POLICIES)) * (
+            BRINGUP_S + len(self.seeds(ctx)) * len(scenarios(jobs)) * per_run)
 
     @staticmethod
     def _base_mbps(ctx: RunContext, graph: Any) -> float:
@@ -490,8 +494,8 @@ class ReplayExperiment(Experiment):
         """One bring-up per policy; per seed, every job alone and all together."""
         jobs, graph = jobs_of(ctx), self.graph(ctx)
         base = self._base_mbps(ctx, graph)
-        for policy in POLICIES:
-            entropy = "flow" if policy == "ecmp" else ctx.get(SPRAY_ENTROPY)
+        for policy in chosen_policies(ctx, POLICIES):
+            entropy = ctx.get(SPRAY_ENTROPY) if sprays(policy) else "flow"
             transport = ctx.roce(entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS)
             with runner.bring_up(graph, host_mbps=base, packet_bytes=ctx.roce().packet_bytes,
                                  policy=policy) as emu:
@@ -503,7 +507,7 @@ class ReplayExperiment(Experiment):
                            transport, f"{policy}-{rate:g}",
                            _row_function(runner, emu, entropy != "flow"), deadline_s=deadline)
         return Measured(
-            {"topology": ctx.topo or DEFAULT_TOPO, "policies": POLICIES,
+            {"topology": ctx.topo or DEFAULT_TOPO, "policies": chosen_policies(ctx, POLICIES),
              "jobs": {j.name: {"trace": j.workload.source, "ranks": j.workload.ranks,
                                "placement": j.placement, "dscp": j.dscp} for j in jobs},
              "transport": "roce", "cc": ctx.roce().cc, "roce_mtu": ctx.roce().mtu_payload,

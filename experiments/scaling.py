@@ -47,15 +47,17 @@ from fabric.experiment import (Experiment, Measured, Mode, Option, RunContext, R
                                Scheduled, simulated)
 from fabric.experiment.measures import (STEADY_WINDOW, as_float, steady_measures,
                                         steady_window, transport_losses)
-from fabric.experiment.options import ROCE_OPTIONS, SPRAY_ENTROPY
+from fabric.experiment.options import (POLICIES_OPTION, ROCE_OPTIONS, SPRAY_ENTROPY,
+                                       chosen_policies)
 from fabric.model import graph as fg
+from fabric.routing.policies import POLICIES as ROUTING_POLICIES, sprays
 from fabric.traffic import sizing
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS
 from fabric.traffic.workloads import norm_throughput, pattern_transfers
 
 NAME = "scaling"
 QUESTION = "Does each routing policy's throughput hold from 16 to 1,024 endpoints?"
-POLICIES = ("ecmp", "spray", "adaptive")
+POLICIES = ("ecmp", "spray", "adaptive")  # the default comparison (--policies: any of routing's)
 INTERPOD = "permutation-interpod"
 PATTERNS = {"quick": (INTERPOD,), "full": (INTERPOD, "permutation")}
 EMULATED_PATTERNS = (INTERPOD,)  # a 64-endpoint fabric emulates at ~1 Mbit/s: one pattern
@@ -197,7 +199,7 @@ class Scaling(Experiment):
     modes = {"quick": Mode(seeds=1), "full": Mode(seeds=2)}
     options = ROCE_OPTIONS
     simulates = True
-    options = ROCE_OPTIONS + (FLOW_PACKETS_OPTION,)
+    options = ROCE_OPTIONS + (FLOW_PACKETS_OPTION, POLICIES_OPTION)
     simulates = True
     anchors = {"ecmp": "htsim inter-pod, NDP 0.52 (k=4), 0.45 (k=8), 0.37-0.38 (k=16); "
                        "swift 0.45, 0.40, 0.42",
@@ -216,8 +218,9 @@ class Scaling(Experiment):
             pattern_transfers(topologies.build(spec), INTERPOD, 0, ctx.roce(), 1)
 
     def run_count(self, ctx: RunContext) -> int:
-        return sum(len(patterns(ctx, backend)) for spec in self.topologies(ctx)
-                   for backend in backends(ctx, spec)) * len(POLICIES) * len(self.seeds(ctx))
+        runs = sum(len(patterns(ctx, backend)) for spec in self.topologies(ctx)
+                   for backend in backends(ctx, spec))
+        return runs * len(chosen_policies(ctx, POLICIES)) * len(self.seeds(ctx))
 
     def estimate_s(self, ctx: RunContext) -> float:
         """Emulated bring-ups and runs at twice their flows' line-rate time; simulated
@@ -226,10 +229,10 @@ class Scaling(Experiment):
         for spec in self.topologies(ctx):
             graph = topologies.build(spec)
             for backend in backends(ctx, spec):
-                runs = len(POLICIES) * seeds * len(patterns(ctx, backend))
+                runs = len(chosen_policies(ctx, POLICIES)) * seeds * len(patterns(ctx, backend))
                 if backend == "emulator":
                     mbps = ctx.host_mbps or default_host_mbps(graph)
-                    total += len(POLICIES) * BRINGUP_S + runs * (
+                    total += len(chosen_policies(ctx, POLICIES)) * BRINGUP_S + runs * (
                         RUN_OVERHEAD_S + 2 * sizing.seconds_of(packets, ctx.roce(), mbps))
                 else:
                     total += runs * simulated.estimate_s(graph, packets)
@@ -245,7 +248,8 @@ class Scaling(Experiment):
                     self._fabric(ctx, runner, spec, graph, backend, seeds)
                 except capacity.CapacityError as exc:  # the emulator's budget said no
                     skipped.append(f"{spec} not emulated: {exc}")
-        return Measured({"topologies": self.topologies(ctx), "policies": POLICIES,
+        return Measured({"topologies": self.topologies(ctx),
+                         "policies": chosen_policies(ctx, POLICIES),
                          "patterns": PATTERNS["quick" if ctx.quick else "full"],
                          "emulated_patterns": EMULATED_PATTERNS,
                          "window": list(STEADY_WINDOW),
@@ -263,8 +267,8 @@ class Scaling(Experiment):
         """One fabric on one backend: each policy's bring-up and its seeds' runs."""
         packet_bytes, packets = ctx.roce().packet_bytes, flow_packets(ctx)
         mbps = runner.host_mbps(graph, packet_bytes, capacity.ROCE_RATE_HEADROOM, backend)
-        for policy in POLICIES:
-            entropy = "flow" if policy == "ecmp" else ctx.get(SPRAY_ENTROPY)
+        for policy in chosen_policies(ctx, POLICIES):
+            entropy = ctx.get(SPRAY_ENTROPY) if sprays(policy) else "flow"
             transport = ctx.roce(entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS)
             with runner.bring_up(graph, backend=backend, host_mbps=mbps,
                                  packet_bytes=packet_bytes, policy=policy) as fab:
@@ -311,7 +315,8 @@ def table_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     keys = sorted({key(r) for r in rows},
                   key=lambda k: (_size(rows, k[0]), k[0], k[1], k[2],
-                                 POLICIES.index(k[3]) if k[3] in POLICIES else 9))
+                                 ROUTING_POLICIES.index(k[3]) if k[3] in ROUTING_POLICIES
+                                 else 9))
     table = []
     for topo, pattern, backend, policy in keys:
         mine = [r for r in rows if key(r) == (topo, pattern, backend, policy)]
@@ -366,12 +371,12 @@ def scaling_figure(data: RunData) -> Any:
     the simulator's mean rate by completion beside the per-run ideal (left), and their
     steady state beside its max-min ideal and htsim's figures (right)."""
     runs = data.runs
-    policies = [p for p in POLICIES if any(r["policy"] == p for r in runs)]
+    present = [p for p in ROUTING_POLICIES if any(r["policy"] == p for r in runs)]
     families = sorted({r["family"] for r in runs})
     fig, (left, right) = data.plt.subplots(1, 2, figsize=(7.0, 2.9), sharey=True)
     styles = {fam: ls for fam, ls in zip(families, ("-", "--", ":", "-."))}
     labelled: set[str] = set()
-    for policy in policies:
+    for policy in present:
         colour, marker = plotstyle.colour(policy), plotstyle.marker(policy)
         for ax, field, ideal in ((left, "norm_throughput", "ideal"),
                                  (right, "steady", "steady_ideal")):

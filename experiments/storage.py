@@ -6,9 +6,9 @@ storage nodes (or, on fabrics without them, the last ``STORAGE_SERVERS``
 compute endpoints) serve the other compute endpoints, the training hosts.
 
 ``dataloading``: every training host runs a step loop. A step computes for
-``COMPUTE_PACKET_TIMES`` packet times of its link and needs its batch, which the host's data loader asked for
-when the previous step started (one prefetched batch, striped over every
-storage server). A step that starts late waited for its batch: that wait is
+``COMPUTE_PACKET_TIMES`` packet times of its link and needs its batch, which the
+host's data loader asked for when the previous step started (one prefetched
+batch, striped over every storage server). A step that starts late waited for its batch: that wait is
 the stall. The batch is sized so that, with every host fetching at once,
 the storage links are ``STORAGE_LOAD`` busy. Conditions: ``alone`` (no other
 traffic), ``shared`` (a ring all-reduce over the training hosts in the same

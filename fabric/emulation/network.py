@@ -38,6 +38,7 @@ from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
 from fabric.routing.config import ControllerConfig, controller_config_to_dict
 from fabric.routing.policies import POLICIES
+from fabric.routing.static import StaticRoutingError, static_route_tables
 from fabric.traffic.model import TCP_PACKET_BYTES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -332,6 +333,11 @@ class Emulation:
         if self.options.policy not in POLICIES:
             raise EmulationError(f"unknown routing policy {self.options.policy!r} "
                                  f"(known: {', '.join(POLICIES)})")
+        if self.options.policy == "static":  # a graph without tiers: before it is built
+            try:
+                static_route_tables(self.graph)
+            except StaticRoutingError as exc:
+                raise EmulationError(str(exc)) from None
         available = tcp_congestion_controls()
         if self.options.tcp_cc not in available:
             raise EmulationError(f"TCP congestion control {self.options.tcp_cc!r} is not in "

@@ -24,6 +24,7 @@ from fabric.experiment.checks import fidelity_of
 from fabric.experiment.emulated import idle_check, traffic_run, warm_up
 from fabric.experiment.runs import Scheduled
 from fabric.routing.adaptive import params_for_rate
+from fabric.routing.policies import sprays
 from fabric.simulation import simulate
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, TransportSpec
@@ -64,11 +65,11 @@ def _measure(graph: Any, result: Any, pattern: str, ranks: list[str], size: Any,
 def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable[int],
                workdir: Path, cc: str = "swift", host_mbps: float | None = None
                ) -> list[Cell]:
-    """Every (pattern, seed) of ``patterns`` under ``policy`` (``ecmp``, ``spray`` or
-    ``adaptive``) on both backends (see the module docstring), at ``host_mbps`` (default:
+    """Every (pattern, seed) of ``patterns`` under ``policy`` (``ecmp``, ``spray``,
+    ``adaptive`` or ``static``) on both backends (see the module docstring), at ``host_mbps`` (default:
     the rate this machine emulates faithfully). The workloads are in packets: the same
     runs whatever the rate."""
-    entropy = "flow" if policy == "ecmp" else "recycle"
+    entropy = "recycle" if sprays(policy) else "flow"
     transport = TransportSpec("roce", entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS, cc=cc)
     mbps = host_mbps or default_host_mbps(graph, packet_bytes=transport.packet_bytes,
                                           headroom=capacity.ROCE_RATE_HEADROOM)
@@ -80,7 +81,8 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
         transport = TransportSpec("roce", entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS,
                                   cc=cc, rate_mbps=plan.host_mbps)
         idle = idle_check(emu, transport, workdir / "idle")
-        fabric = Fabric(graph, host_mbps=plan.host_mbps, queue_pkts=emu.options.queue_pkts)
+        fabric = Fabric(graph, host_mbps=plan.host_mbps, queue_pkts=emu.options.queue_pkts,
+                        static_routes=policy == "static")
         # the emulator's controller's tuning at this rate (Emulation._start_controller)
         adaptive = (params_for_rate(plan.host_mbps, packet_bits=transport.packet_bytes * 8)
                     if policy == "adaptive" else None)
@@ -96,10 +98,10 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
                 emulated = traffic_run(emu, transfers, transport, where, seed)
                 valid = fidelity_of(emulated, [idle])["valid"]
                 paths = ({r["id"]: r["path"] for r in emulated.transfer_rows() if r["path"]}
-                         if policy == "ecmp" else None)
+                         if not sprays(policy) else None)
                 simulated = simulate(fabric, transfers, transport, seed=seed, paths=paths,
                                      adaptive=adaptive)
-                args = (pattern, ranks, size, plan.host_mbps, plan.link_mbps, policy != "ecmp")
+                args = (pattern, ranks, size, plan.host_mbps, plan.link_mbps, sprays(policy))
                 emu_value, emu_ideal = _measure(graph, emulated, *args)
                 sim_value, sim_ideal = _measure(graph, simulated, *args)
                 cells.append(Cell(pattern, seed, emu_value, emu_ideal, sim_value, sim_ideal,

@@ -12,6 +12,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from fabric.routing.policies import POLICIES
 from fabric.traffic.model import CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ROCE_MTUS, SPRAYING
 
 
@@ -58,3 +59,34 @@ SPRAY_ENTROPY = Option("--spray-entropy", default="recycle", choices=SPRAYING,
                             "the ones echoed as uncongested (REPS, default) or simply the next "
                             "one per packet")
 ROCE_OPTIONS = (CC, ROCE_MTU, SPRAY_ENTROPY)  # every experiment whose senders spray over roce
+
+
+def policy_list(text: str) -> tuple[str, ...]:
+    """``--policies``: comma-separated routing policies, each known and named once.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        For an unknown, repeated or missing policy.
+    """
+    names = tuple(name.strip() for name in text.split(","))
+    unknown = [name for name in names if name not in POLICIES]
+    if not text.strip() or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown routing policy {unknown[0] if unknown else text!r}; "
+            f"name one or more of {', '.join(POLICIES)}, comma-separated")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} names a policy twice")
+    return names
+
+
+POLICIES_OPTION = Option("--policies", type=policy_list, metavar="P,Q",
+                         help=f"the routing policies to compare, comma-separated, of "
+                              f"{', '.join(POLICIES)} (static: the subnet manager's planned "
+                              f"routes; default: the experiment's)")
+
+
+def chosen_policies(ctx: Any, default: tuple[str, ...]) -> tuple[str, ...]:
+    """The routing policies a run compares: ``--policies``, or the experiment's
+    ``default`` (``ctx`` a :class:`~fabric.experiment.context.RunContext`)."""
+    return ctx.get(POLICIES_OPTION) or default

@@ -44,8 +44,9 @@ if TYPE_CHECKING:  # the run context imports this module's time scale
 BACKENDS = ("emulator", "ns3")
 SIM_TIME_SCALE = 1e-3  # deadlines and timer floors at physical rates, per emulated second
 # routing policies the simulator runs: the same select groups, the senders' entropy apart,
-# and adaptive's weights from the policy's own code (fabric.simulation.adaptive)
-SIMULATED_POLICIES = ("ecmp", "spray", "adaptive")
+# adaptive's weights from the policy's own code (fabric.simulation.adaptive), and the
+# planned static routes (fabric.routing.static)
+SIMULATED_POLICIES = ("ecmp", "spray", "adaptive", "static")
 # Packets a link carries per second of wall time in the simulator, ACKs included, and a
 # run's fixed cost (scenario, start-up, reading the answer): benchmarks/simulation.py
 # measured ~7e5 on a k=8 fat-tree and ~2.4e5 on a k=16 one (its state outgrows the caches)
@@ -112,7 +113,8 @@ def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = No
     for name, value in unmodelled.items():
         if value not in (None, False):
             raise NotSimulated(f"the ns-3 backend does not model {name.replace('_', ' ')}")
-    fabric = Fabric(graph, host_mbps=host_mbps, queue_pkts=queue_pkts)
+    fabric = Fabric(graph, host_mbps=host_mbps, queue_pkts=queue_pkts,
+                    static_routes=policy == "static")
     scale = fabric.scale / 1e6  # Mbit/s per physical Gbit/s
     links = {frozenset((a, b)): d["gbps"] * scale for a, b, d in graph.edges(data=True)}
     plan = SimRatePlan(fabric.host_bps / 1e6, links, packet_bytes)

@@ -40,24 +40,24 @@ class Preset:
 
 
 PRESETS = {p.name: p for p in (
-    Preset("fire-flyer", "DeepSeek Fire-Flyer 2 (InfiniBand, two zones)", "two-zone", "ecmp",
+    Preset("fire-flyer", "DeepSeek Fire-Flyer 2 (InfiniBand, two zones)", "two-zone", "static",
            THREE_LANES, True, "none",
            ("two fat-tree zones joined by a few links, storage in both zones",
-            "static routing: per-flow hashing over fixed paths stands in for InfiniBand's "
-            "static forwarding tables (no adaptive routing, which caused head-of-line "
-            "blocking there)",
+            "static routing: the subnet manager's planned forwarding tables (OpenSM's "
+            "fat-tree engine, D-mod-k: one port per destination), no adaptive routing, "
+            "which caused head-of-line blocking there",
             "three lanes, collective, storage and the rest, all lossless (InfiniBand's "
             "credits per virtual lane)",
             "congestion control off (DCQCN disabled); storage reads admitted by "
             "request-to-send (3FS): the incast experiment's admission rows"),
            ("An et al., Fire-Flyer AI-HPC: A Cost-Effective Software-Hardware Co-Design for "
             "Deep Learning, SC 2024", "DeepSeek 3FS design notes")),
-    Preset("rsc", "Meta Research SuperCluster (InfiniBand)", "fat-tree,k=4", "ecmp",
+    Preset("rsc", "Meta Research SuperCluster (InfiniBand)", "fat-tree,k=4", "static",
            ALL_LOSSLESS, True, "none",
            ("a non-blocking three-tier Clos: the k-ary fat-tree",
             "one lossless lane (InfiniBand's credit-based flow control)",
-            "per-flow hashing for the subnet manager's static routes; no congestion "
-            "control"),
+            "the subnet manager's static routes (D-mod-k, as OpenSM's fat-tree engine); no "
+            "congestion control"),
            ("Meta, Introducing the AI Research SuperCluster, 2022",)),
     Preset("colossus", "xAI Colossus (Spectrum-X RoCE)", "rail-clos", "spray", RDMA_LOSSLESS,
            True, "dcqcn",

@@ -9,6 +9,9 @@
 * ``adaptive``: spraying plus bucket weights from port telemetry
   (:mod:`fabric.routing.adaptive`); table 0 also returns link probes to
   the controller (:mod:`fabric.routing.probes`).
+* ``static``: InfiniBand's planned routes, one output port per destination
+  as the subnet manager's fat-tree engine assigns them (D-mod-k,
+  :mod:`fabric.routing.static`): no group, no hash; senders keep one path.
 """
 
 from __future__ import annotations
@@ -21,10 +24,25 @@ import networkx as nx
 from fabric.model.intents import SwitchIntent
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.probes import PROBE_FLOW
+from fabric.routing.static import static_route_tables
 from fabric.routing.tables import Weights, build_intents, route_tables
 
-POLICIES = ("ecmp", "spray", "adaptive")
-SPRAYING = {"ecmp": False, "spray": True, "adaptive": True}
+POLICIES = ("ecmp", "spray", "adaptive", "static")
+SPRAYING = {"ecmp": False, "spray": True, "adaptive": True, "static": False}
+
+
+def sprays(policy: str) -> bool:
+    """True when ``policy``'s senders vary their entropy per packet (spray, adaptive);
+    False when a flow keeps one path (ecmp, static).
+
+    Raises
+    ------
+    ValueError
+        For an unknown policy.
+    """
+    if policy not in SPRAYING:
+        raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    return SPRAYING[policy]
 
 
 def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = (),
@@ -55,8 +73,8 @@ def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = ()
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     if policy != "adaptive" and weights:
         raise ValueError(f"{policy} uses equal weights")
-    intents = build_intents(graph, route_tables(graph, down), lanes, weights, previous,
-                            default_weight)
+    tables = static_route_tables(graph, down) if policy == "static" else route_tables(graph, down)
+    intents = build_intents(graph, tables, lanes, weights, previous, default_weight)
     if policy == "adaptive":
         intents = {sw: dataclasses.replace(intent, flows=intent.flows + (PROBE_FLOW,))
                    for sw, intent in intents.items()}

@@ -22,7 +22,7 @@ from fabric.errors import UserError
 from fabric.model import graph as fg
 from fabric.routing.adaptive import AdaptiveParams
 from fabric.routing.hashing import IPPROTO_UDP, pick_weighted, select_hash
-from fabric.routing.tables import hash_basis, route_tables
+from fabric.routing.tables import hash_basis
 from fabric.simulation import scenario as sc
 from fabric.simulation.adaptive import SimulatedController
 from fabric.simulation.build import simulator_binary
@@ -222,7 +222,7 @@ def simulate(fabric: sc.Fabric, transfers: Iterable[Transfer], transport: Transp
              for t, conn in zip(scen.transfers, scen.connection_of)}
     taken: dict[str, list[str]] = {}
     if not transport.sprays and adaptive is None:  # re-weighted groups: not replayable
-        tables = route_tables(fabric.graph)
+        tables = fabric.routes()
         for t, conn in zip(scen.transfers, scen.connection_of):
             src_ip, dst_ip, conn_ports = scen.connections[conn]
             taken[t.id] = scen.pins.get(conn) or ecmp_path(fabric.graph, tables, t.src, src_ip,

@@ -27,7 +27,8 @@ connections and transfers by their own index field:
     A message and what it waits for (``AFTER_START`` -1: nothing).
 
 Everything is decided here, from the same functions the emulator uses: the
-routes (:func:`fabric.routing.tables.route_tables`), each switch's hash basis,
+routes (:func:`fabric.routing.tables.route_tables`, or the planned static ones of
+:func:`fabric.routing.static.static_route_tables`), each switch's hash basis,
 the source ports (:func:`fabric.traffic.model.source_ports`, seeded alike),
 the transport's timers in packet times
 (:class:`fabric.agent.roce.engine.RoceConfig`) and swift's parameters. One
@@ -50,6 +51,7 @@ from fabric.agent.roce.cc import SwiftParams
 from fabric.agent.roce.engine import RoceConfig
 from fabric.model import graph as fg
 from fabric.routing.adaptive import AdaptiveParams
+from fabric.routing.static import static_route_tables
 from fabric.routing.tables import hash_basis, route_tables
 from fabric.traffic.model import (Plan, ScheduleError, Transfer, TransportSpec, source_ports,
                                   validate_schedule)
@@ -67,12 +69,20 @@ class Fabric:
     ``gbps``); a number scales all links alike so that the fastest endpoint
     link runs at it, as the emulator does. ``queue_pkts`` is every switch
     port's buffer; ``link_delay_s`` every link's propagation delay.
+    ``static_routes`` installs the planned static routes (one port per destination,
+    :mod:`fabric.routing.static`) instead of the equal-cost sets the switches hash over.
     """
 
     graph: nx.Graph
     host_mbps: float | None = None
     queue_pkts: int = 64
     link_delay_s: float = 0.0
+    static_routes: bool = False
+
+    def routes(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        """``{switch: {destination ip: its ports}}`` as the switches route."""
+        return (static_route_tables(self.graph) if self.static_routes
+                else route_tables(self.graph))
 
     @property
     def scale(self) -> float:
@@ -204,7 +214,7 @@ def _write_fabric(out: io.StringIO, fabric: Fabric) -> tuple[dict[str, int],
         bps = graph.edges[a, b]["gbps"] * fabric.scale
         out.write(f"link {index[a]} {fg.port(graph, a, b)} {index[b]} {fg.port(graph, b, a)} "
                   f"{bps:.0f} {fabric.link_delay_s!r} {fabric.queue_pkts}\n")
-    for sw, table in route_tables(graph).items():
+    for sw, table in fabric.routes().items():
         for ip, ports in sorted(table.items()):
             out.write(f"route {index[sw]} {ip} {' '.join(map(str, ports))}\n")
     return index, edges

@@ -126,6 +126,9 @@ CASES = [
     (["traffic", "--flow-control", "pause"], "--flow-control"),
     # run
     (["run", "collisions", "--seeds", "0", "--out", "{d}/out"], "--seeds"),
+    (["run", "collisions", "--policies", "ecmp,nosuch", "--out", "{d}/out"], "--policies"),
+    (["run", "collisions", "--policies", "static,static", "--out", "{d}/out"], "--policies"),
+    (["run", "scaling", "--policies", "", "--out", "{d}/out"], "--policies"),
     (["run", "collisions", "--backend", "ns2", "--out", "{d}/out"], "--backend"),
     (["run", "scaling", "--backend", "ns3", "--topo", "fat-tree,k=3", "--out", "{d}/out"],
      "k must be even"),

@@ -26,13 +26,14 @@ import topologies  # noqa: E402
 from controllers.adaptive import AdaptiveApp  # noqa: E402
 from controllers.ecmp import EcmpApp  # noqa: E402
 from controllers.spray import SprayApp  # noqa: E402
+from controllers.static import StaticApp  # noqa: E402
 from fabric.model import graph as fg  # noqa: E402
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE, THREE_LANES  # noqa: E402
 from fabric.routing.config import ControllerConfig  # noqa: E402
 from fabric.routing.probes import probe_frame  # noqa: E402
 from fabric.testing import FakeFabric  # noqa: E402
 
-APPS = {"ecmp": EcmpApp, "spray": SprayApp, "adaptive": AdaptiveApp}
+APPS = {"ecmp": EcmpApp, "spray": SprayApp, "adaptive": AdaptiveApp, "static": StaticApp}
 
 
 def up(spec, policy="ecmp", config=None, **fabric_kw):
@@ -170,6 +171,35 @@ def test_one_roce_source_port_stays_on_one_path():
     assert len({tuple(fabric.trace(pkt, src="h0g0").hops) for _ in range(10)}) == 1
 
 
+# --- static --------------------------------------------------------------------------------
+
+def test_static_installs_no_group_and_a_flow_keeps_its_path_whatever_its_entropy():
+    fabric, app = up("rail-clos", "static")
+    assert all(not sw.groups for sw in fabric.switches.values())
+    paths = {tuple(fabric.trace(fabric.packet("h0g0", "h4g0", "roce", sport=sport),
+                                src="h0g0").links)
+             for sport in range(49152, 49152 + 32)}
+    assert len(paths) == 1   # destination routes: a sprayed source port moves nothing
+    clean(fabric, app)
+
+
+@pytest.mark.parametrize("spec", ["fat-tree", "rail-clos"])
+def test_static_stride_shares_no_link_on_the_switches(spec):
+    from fabric.traffic import synthetic
+    from fabric.traffic.placement import rank_hosts
+
+    fabric, app = up(spec, "static")
+    graph = fabric.graph
+    used = Counter()
+    for t in synthetic.stride(graph, rank_hosts(graph), 1000):
+        trace = fabric.trace(fabric.packet(t.src, fg.nearest_nic_ip(graph, t.src, t.dst),
+                                           "roce"), src=t.src)
+        assert trace.delivered_to == t.dst
+        used.update((h.switch, h.to) for h in trace.hops)
+    assert max(used.values()) == 1
+    clean(fabric, app)
+
+
 # --- adaptive ------------------------------------------------------------------------------
 
 def _uplink_group(fabric, leaf):
@@ -283,9 +313,10 @@ def test_single_lane_sets_no_queue():
 
 # --- failures -------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("policy", ["ecmp", "static"])   # static: as the subnet manager
 @pytest.mark.parametrize("spec", ["rail-clos", "fat-tree,k=4"])
-def test_any_single_link_down_is_routed_around_and_recovers(spec):
-    fabric, app = up(spec)
+def test_any_single_link_down_is_routed_around_and_recovers(spec, policy):
+    fabric, app = up(spec, policy)
     packets = all_pairs(fabric)
     before = {key: t.hops for key, t in trace_all(fabric, packets).items()}
     links = switch_links(fabric.graph)
