@@ -124,10 +124,7 @@ def top_tier(graph: nx.Graph) -> list[str]:
 def victim_link(graph: nx.Graph, ranks: list[str]) -> tuple[str, str]:
     """The uplink from the first rank's switch to its first upper neighbour."""
     leaf = next(iter(graph.neighbors(ranks[0])))
-    rank = {"leaf": 0, "edge": 0, "agg": 1, "spine": 1, "core": 2}
-    ups = sorted((n for n in graph.neighbors(leaf) if fg.is_switch(graph, n)
-                  and rank.get(graph.nodes[n]["role"], 0) > rank.get(graph.nodes[leaf]["role"], 0)),
-                 key=lambda n: fg.port(graph, leaf, n))
+    ups = fg.uplinks(graph, leaf)
     if len(ups) < 2:
         raise ScheduleError(f"{NAME}: {leaf} has {len(ups)} uplink(s); a failure needs another "
                             f"path to route around it")

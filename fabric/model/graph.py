@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -123,6 +124,27 @@ def _neighbour_on_port(graph: nx.Graph, node: str, port_no: int) -> str:
         if graph.edges[node, nbr]["ports"][node] == port_no:
             return nbr
     raise TopologyError(f"{node} has no link on port {port_no}")
+
+
+def switch_tiers(graph: nx.Graph) -> dict[str, int]:
+    """Each switch's tier: its hops from the nearest endpoint over switches (a leaf, which
+    endpoints attach to, is tier 1); a switch that reaches no endpoint is absent."""
+    tier = {att.switch: 1 for att in attachments(graph)}
+    queue = deque(tier)
+    while queue:  # BFS over switches only, from the leaves up
+        node = queue.popleft()
+        for nbr in graph.neighbors(node):
+            if is_switch(graph, nbr) and nbr not in tier:
+                tier[nbr] = tier[node] + 1
+                queue.append(nbr)
+    return tier
+
+
+def uplinks(graph: nx.Graph, switch: str, tiers: dict[str, int] | None = None) -> list[str]:
+    """The neighbours of ``switch`` one tier up (:func:`switch_tiers`), in port order."""
+    tiers = tiers if tiers is not None else switch_tiers(graph)
+    return sorted((n for n in graph.neighbors(switch) if tiers.get(n) == tiers[switch] + 1),
+                  key=lambda n: port(graph, switch, n))
 
 
 def path_links(graph: nx.Graph, src: str, dst: str) -> int:

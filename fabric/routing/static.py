@@ -18,7 +18,6 @@ after a trap: the equal-cost ports shrink and the same rule picks among those le
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Iterable
 
 import networkx as nx
@@ -32,37 +31,25 @@ class StaticRoutingError(ValueError):
 
 
 def switch_tiers(graph: nx.Graph) -> dict[str, int]:
-    """Each switch's tier: its hops from the nearest endpoint (a leaf is tier 1).
+    """Each switch's tier (:func:`fabric.model.graph.switch_tiers`; a leaf is tier 1).
 
     Raises
     ------
     StaticRoutingError
         When a switch reaches no endpoint.
     """
-    tier: dict[str, int] = {}
-    queue = deque()
-    for att in fg.attachments(graph):
-        if att.switch not in tier:
-            tier[att.switch] = 1
-            queue.append(att.switch)
-    while queue:  # BFS over switches only, from the leaves up
-        node = queue.popleft()
-        for nbr in graph.neighbors(node):
-            if fg.is_switch(graph, nbr) and nbr not in tier:
-                tier[nbr] = tier[node] + 1
-                queue.append(nbr)
-    lost = sorted(set(fg.switches(graph)) - set(tier))
+    tiers = fg.switch_tiers(graph)
+    lost = sorted(set(fg.switches(graph)) - set(tiers))
     if lost:
         raise StaticRoutingError(f"static routing: switch {lost[0]} reaches no endpoint")
-    return tier
+    return tiers
 
 
 def up_ports(graph: nx.Graph, tiers: dict[str, int]) -> dict[int, int]:
     """Tier -> the most up-ports (links to the tier above) a switch of that tier has."""
     most: dict[int, int] = {}
     for sw, t in tiers.items():
-        ups = sum(1 for n in graph.neighbors(sw) if tiers.get(n) == t + 1)
-        most[t] = max(most.get(t, 0), ups)
+        most[t] = max(most.get(t, 0), len(fg.uplinks(graph, sw, tiers)))
     return most
 
 

@@ -109,3 +109,13 @@ def test_a_switch_that_reaches_no_endpoint_is_refused():
     g.add_node("stray", **{**graph.nodes["s0"], "dpid": "00ff000000000099"})
     with pytest.raises(StaticRoutingError, match="stray reaches no endpoint"):
         static_route_tables(g)
+
+
+def test_uplinks_are_the_neighbours_one_tier_up_in_port_order():
+    graph = topologies.build("fat-tree")
+    edge = next(a.switch for a in fg.attachments(graph))
+    ups = fg.uplinks(graph, edge)
+    assert len(ups) == 2 and all(graph.nodes[n]["role"] == "spine" for n in ups)
+    assert [fg.port(graph, edge, n) for n in ups] == sorted(fg.port(graph, edge, n) for n in ups)
+    core = fg.nodes_with_role(graph, "core")[0]
+    assert fg.uplinks(graph, core) == []
