@@ -83,6 +83,9 @@ want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   echo "setup: installing fabric and its Python dependencies into $VENV"
   # (the filter hides warnings about local mirrors some machines configure)
+  # the distribution was called "fabric" (the SSH library's name) before fabric-emulator
+  "$VENV/bin/python" -m pip uninstall -q -y --disable-pip-version-check fabric \
+    >/dev/null 2>&1 || true
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" \
     2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   # Chakra traces: only mlc-chakra's schema module is read; its declared dependencies
@@ -90,4 +93,12 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
     "mlc-chakra>=1.0,<1.1" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   echo "$want" > "$stamp"
+fi
+
+# `sudo fabric ...`: sudo's PATH has no .venv/bin, so a small command in /usr/local/bin runs
+# the fabric of the checkout the current directory is in (several checkouts stay apart).
+COMMAND=/usr/local/bin/fabric
+if [[ $EUID -eq 0 ]] && ! cmp -s scripts/fabric-command "$COMMAND"; then
+  install -m 0755 scripts/fabric-command "$COMMAND"
+  echo "setup: installed $COMMAND (runs the .venv/bin/fabric of the checkout you are in)"
 fi
