@@ -161,5 +161,6 @@ def load_lane_config(path: str | Path) -> LaneConfig:
 
 def lane_config_to_dict(config: LaneConfig) -> dict[str, Any]:
     """The JSON form of ``config`` (for manifests)."""
-    return {"lanes": [{"name": l.name, "dscp": list(l.dscp), "share": l.share, "prio": l.prio,
-                       "default": l.default, "lossless": l.lossless} for l in config.lanes]}
+    return {"lanes": [{"name": lane.name, "dscp": list(lane.dscp), "share": lane.share,
+                       "prio": lane.prio, "default": lane.default, "lossless": lane.lossless}
+                      for lane in config.lanes]}

@@ -62,7 +62,7 @@ def destination_order(graph: nx.Graph) -> list[str]:
 
 
 def static_route_tables(graph: nx.Graph, down: Iterable[frozenset] = ()
-                        ) -> dict[str, dict[str, tuple[int]]]:
+                        ) -> dict[str, dict[str, tuple[int, ...]]]:
     """Return ``{switch: {destination ip: (its one output port,)}}`` (module docstring).
 
     Parameters
@@ -82,7 +82,7 @@ def static_route_tables(graph: nx.Graph, down: Iterable[frozenset] = ()
     ups = up_ports(graph, tiers)
     divisor = {t: _product(ups.get(u, 1) or 1 for u in range(1, t)) for t in set(tiers.values())}
     number = {ip: d for d, ip in enumerate(destination_order(graph))}
-    tables: dict[str, dict[str, tuple[int]]] = {sw: {} for sw in fg.switches(graph)}
+    tables: dict[str, dict[str, tuple[int, ...]]] = {sw: {} for sw in fg.switches(graph)}
     for att in fg.attachments(graph):
         if frozenset((att.switch, att.endpoint)) in down:
             continue

@@ -84,7 +84,6 @@ def test_killed_run_leaves_nothing_after_clean(command, phase, sig, tmp_path):
             assert time.monotonic() < deadline, f"{phase} not reached: {log.read_text()[-1500:]}"
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.3))
-        signalled = time.monotonic()
         proc.send_signal(getattr(signal, sig))
         try:
             proc.wait(timeout=SELF_EXIT_S if sig != "SIGKILL" else 10)

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 import topologies
 from fabric.emulation import Emulation, EmulationOptions, shaping

@@ -31,7 +31,7 @@ def test_topo_json_rail_clos():
     leaves, spines = roles["leaf"], roles["spine"]
     assert len(leaves) == 4 and len(spines) == 4
     assert sorted(sum(1 for n in leaves if n["rail"] == r) for r in (0, 1)) == [2, 2]
-    links = {frozenset((l["a"], l["b"])) for l in data["links"]}
+    links = {frozenset((link["a"], link["b"])) for link in data["links"]}
     assert len(links) == len(data["links"]) == 16 + 4 * 4
     for leaf in leaves:
         for spine in spines:
@@ -41,7 +41,7 @@ def test_topo_json_rail_clos():
     # every host hangs off a leaf of its own rail
     by_name = {n["name"]: n for n in data["nodes"]}
     for host in roles["host"]:
-        (link,) = [l for l in data["links"] if host["name"] in (l["a"], l["b"])]
+        (link,) = [link for link in data["links"] if host["name"] in (link["a"], link["b"])]
         other = by_name[link["b"] if link["a"] == host["name"] else link["a"]]
         assert other["role"] == "leaf" and other["rail"] == host["rail"]
 

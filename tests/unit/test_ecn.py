@@ -49,8 +49,8 @@ def test_marker_line_goes_before_the_lane_filters_and_refuses_whitespace():
     assert line == ("filter add dev l0-eth5 parent 1: protocol ip prio 1 handle 1 bpf obj "
                     "/run/fabric/ecn/marker-ab.o sec classifier")
     assert ecn.MARKER_PRIO < shaping.LANE_FILTER_PRIO
-    assert all(f"prio {shaping.LANE_FILTER_PRIO} u32" in l
-               for l in shaping.shape_lines("x-eth1", 3.0) if l.startswith("filter"))
+    assert all(f"prio {shaping.LANE_FILTER_PRIO} u32" in line
+               for line in shaping.shape_lines("x-eth1", 3.0) if line.startswith("filter"))
     assert ecn.marker_line("x", Path("/a.o"), replace=True).startswith("filter replace ")
     with pytest.raises(ecn.MarkerError):
         ecn.marker_line("x", Path("/tmp/my dir/m.o"))
@@ -72,14 +72,14 @@ def test_markers_sit_on_switch_queues_only():
     for sw in fg.switches(graph):
         lines = hostconfig.switch_tc_batch(graph, sw, rates, 64, SINGLE_LANE,
                                            markers).splitlines()
-        marked = {l.split()[3] for l in lines if " bpf obj " in l}
-        shaped = {l.split()[3] for l in lines if l.startswith("qdisc replace")}
+        marked = {line.split()[3] for line in lines if " bpf obj " in line}
+        shaped = {line.split()[3] for line in lines if line.startswith("qdisc replace")}
         assert marked == shaped and shaped  # every shaped switch port, i.e. towards switches
     ep = fg.endpoints(graph)[0]
     host_lines = hostconfig.endpoint_tc_batch(graph, ep, rates, 64, SINGLE_LANE)
     assert " bpf " not in host_lines  # the NIC's own egress is never marked
     marker_lines = hostconfig.endpoint_marker_batch(graph, ep, rates, markers).splitlines()
-    assert [l.split()[3] for l in marker_lines] == [
+    assert [line.split()[3] for line in marker_lines] == [
         hostconfig.ifb_name(ep, nic["port"]) for nic in graph.nodes[ep]["nics"]]
 
 

@@ -171,8 +171,8 @@ def test_spray_splits_evenly_over_the_spines():
 def test_spray_over_a_fat_tree_conserves_the_flow():
     graph = topologies.build("fat-tree")
     load = spray_load(graph, "p0e0h0", "p3e1h1", Overhead())
-    cores = [l for l in load if l[0].startswith("p0a") and l[1].startswith("c")]
-    assert len(cores) == 4 and sum(load[l] for l in cores) == pytest.approx(1.0)
+    cores = [link for link in load if link[0].startswith("p0a") and link[1].startswith("c")]
+    assert len(cores) == 4 and sum(load[link] for link in cores) == pytest.approx(1.0)
     assert load[("p3e1", "p3e1h1")] == pytest.approx(1.0)
 
 

@@ -167,13 +167,16 @@ def test_rate_change_moves_every_class_of_the_same_tree():
 
     built = shape_lines("x-eth1", 10.0, 32, THREE_LANES)
     changed = shaping.rate_change_lines("x-eth1", 2.5, THREE_LANES)
-    classids = lambda lines: [l.split("classid ")[1].split()[0] for l in lines if "classid" in l]
+
+    def classids(lines):
+        return [line.split("classid ")[1].split()[0] for line in lines if "classid" in line]
+
     assert classids(changed) == classids(built)
-    assert all(l.startswith("class change dev x-eth1 ") for l in changed)
+    assert all(line.startswith("class change dev x-eth1 ") for line in changed)
     assert "rate 2500kbit ceil 2500kbit" in changed[0]
-    assert all("ceil 2500kbit" in l for l in changed)  # every lane may use the whole link
+    assert all("ceil 2500kbit" in line for line in changed)  # every lane may use the whole link
     shares = [lane.share for lane in THREE_LANES.lanes]
-    assert [int(l.split(" rate ")[1].split("kbit")[0]) for l in changed[1:]] == [
+    assert [int(line.split(" rate ")[1].split("kbit")[0]) for line in changed[1:]] == [
         round(s * 2500) for s in shares]
 
 
@@ -191,30 +194,31 @@ def test_an_endpoint_nic_sends_its_transports_acks_ahead_of_its_lanes_data(gated
     plain = shape_lines("h0-eth0", 10.0, 32, THREE_LANES, gated=gated)
     for i in range(len(THREE_LANES.lanes)):
         order = f"{shaping.ACK_FIRST_HANDLE + i:x}:"
-        mine = [l for l in lines if f"dev h0-eth0 parent {order}" in l
-                or f"handle {order} " in l]
-        (leaf,) = [l.split() for l in mine if f"handle {order} htb" in l]
+        mine = [line for line in lines if f"dev h0-eth0 parent {order}" in line
+                or f"handle {order} " in line]
+        (leaf,) = [line.split() for line in mine if f"handle {order} htb" in line]
         assert _value(leaf, "default") == "2"
         above = f"{shaping.GATE_HANDLE + i:x}:1" if gated and i in gated else f"1:{i + 1:x}"
         assert _value(leaf, "parent") == above
-        first, second = (l.split() for l in mine if l.startswith("class add"))
+        first, second = (line.split() for line in mine if line.startswith("class add"))
         assert (_value(first, "classid"), _value(first, "prio")) == (f"{order}1", "0")
         assert (_value(second, "classid"), _value(second, "prio")) == (f"{order}2", "1")
         for tokens in (first, second):  # far above the link: the class above shapes
             assert _value(tokens, "rate") == _value(tokens, "ceil") == shaping.ORDER_ONLY_RATE
-        fifos = {_value(l.split(), "parent"): l.split() for l in mine
-                 if "pfifo_head_drop" in l}
+        fifos = {_value(line.split(), "parent"): line.split() for line in mine
+                 if "pfifo_head_drop" in line}
         limit = str(gated[i]) if gated and i in gated else "32"
         assert _value(fifos[f"{order}1"], "handle") == f"{shaping.CONTROL_LEAF_HANDLE + i:x}:"
         assert _value(fifos[f"{order}2"], "handle") == f"{shaping.LEAF_HANDLE + i:x}:"
         assert all(_value(f, "limit") == limit for f in fifos.values())
-        (flt,) = [l for l in mine if l.startswith("filter")]
+        (flt,) = [line for line in mine if line.startswith("filter")]
         assert f"match ip protocol 17 0xff match ip sport {ROCE_PORT} 0xffff" in flt
         assert flt.endswith(f"flowid {order}1")
     # the rest of the tree is what it is without
-    assert [l for l in plain if "pfifo_head_drop" not in l] == [
-        l for l in lines if "pfifo_head_drop" not in l and shaping.ORDER_ONLY_RATE not in l
-        and " htb default 2" not in l and "sport" not in l]
+    assert [line for line in plain if "pfifo_head_drop" not in line] == [
+        line for line in lines if "pfifo_head_drop" not in line
+        and shaping.ORDER_ONLY_RATE not in line and " htb default 2" not in line
+        and "sport" not in line]
 
 
 def test_only_an_endpoints_own_nic_puts_acks_first():
@@ -230,7 +234,7 @@ def test_only_an_endpoints_own_nic_puts_acks_first():
     host = fg.endpoints(graph)[0]
     batch = endpoint_tc_batch(graph, host, rates, 64, SINGLE_LANE).splitlines()
     nic = fg.intf_name(host, graph.nodes[host]["nics"][0]["port"])
-    ordered = {l.split(" dev ")[1].split()[0] for l in batch if " htb default 2" in l}
+    ordered = {line.split(" dev ")[1].split()[0] for line in batch if " htb default 2" in line}
     assert ordered == {nic}
     switch = next(n for n in graph if fg.is_switch(graph, n))
     assert " htb default 2" not in switch_tc_batch(graph, switch, rates, 64, SINGLE_LANE)

@@ -178,7 +178,7 @@ def test_to_json_dict_rail_clos():
     assert len(roles["host"]) == 16
     assert len(roles["leaf"]) == 4 and len(roles["spine"]) == 4
     assert sorted(n["rail"] for n in roles["leaf"]) == [0, 0, 1, 1]
-    linked = {frozenset((l["a"], l["b"])) for l in d["links"]}
+    linked = {frozenset((link["a"], link["b"])) for link in d["links"]}
     for leaf in roles["leaf"]:
         for spine in roles["spine"]:
             assert frozenset((leaf["name"], spine["name"])) in linked
