@@ -47,7 +47,7 @@ def _span(value: FlowLike) -> FlowSpan:
     else:
         raise ValueError(f"a flow is (start, end, path[, bytes]), got {value!r}")
     # Links become hashable tuples whatever sequence type the caller used.
-    span = FlowSpan(float(start), float(end), tuple(tuple(link) for link in path), nbytes)
+    span = FlowSpan(float(start), float(end), tuple((a, b) for a, b in path), nbytes)
     if span.end < span.start:
         raise ValueError(f"flow ends before it starts: {span}")
     return span
@@ -112,16 +112,16 @@ def link_flow_counts(flows: Mapping[str, FlowLike], *, min_bytes: int | None = N
 
 
 def _union_length(intervals: Iterable[tuple[float, float]]) -> float:
-    total, cur_start, cur_end = 0.0, None, None
+    total, current = 0.0, None  # the interval being merged
     for start, end in sorted(intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
+        if current is None or start > current[1]:
+            if current is not None:
+                total += current[1] - current[0]
+            current = (start, end)
         else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
+            current = (current[0], max(current[1], end))
+    if current is not None:
+        total += current[1] - current[0]
     return total
 
 
@@ -314,10 +314,11 @@ def round_times(results: Iterable[Mapping[str, Any]], rounds: Mapping[int, Seque
     for k, ids in sorted(rounds.items()):
         mine = [spans[i] for i in ids if i in spans]
         start = min((s for s, _ in mine), default=None)
-        if len(mine) < len(ids) or any(e is None for _, e in mine) or not mine:
+        ends = [e for _, e in mine if e is not None]
+        if start is None or len(mine) < len(ids) or len(ends) < len(mine):
             out[k] = RoundTime(start, None, None, None)
             continue
-        end = max(e for _, e in mine)
+        end = max(ends)
         duration = end - start
         out[k] = RoundTime(start, end, duration,
                            goodput_mbps(block_bytes, duration) if duration > 0 else None)
