@@ -21,7 +21,7 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 POLICY_COLOURS = {"ecmp": OKABE_ITO[3], "spray": OKABE_ITO[0], "adaptive": OKABE_ITO[2],
                   "static": OKABE_ITO[4]}
 POLICY_MARKERS = {"ecmp": "o", "spray": "s", "adaptive": "^", "static": "D"}
-RC = {
+RC: dict[str, Any] = {
     "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 8,
     "xtick.labelsize": 8, "ytick.labelsize": 8, "figure.dpi": 150, "savefig.dpi": 300,
     "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
@@ -37,8 +37,10 @@ def pyplot() -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update(RC)
-    plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=OKABE_ITO)
+    plt.rcParams.update(RC)  # type: ignore[arg-type]  # (its stubs list the keys as literals)
+    from cycler import cycler
+
+    plt.rcParams["axes.prop_cycle"] = cycler(color=OKABE_ITO)
     return plt
 
 

@@ -176,10 +176,11 @@ def host_rates(params: dict[str, Any], runs: list[dict[str, str]]) -> tuple[floa
         ``host_mbps_used`` or a numeric ``host_mbps`` (``auto`` is not a rate);
         empty when neither records one.
     """
-    used = {_number(row.get("host_mbps")) for row in runs} - {None}
+    used = {rate for row in runs for rate in [_number(row.get("host_mbps"))] if rate is not None}
     if not used:
-        used = {_number(params.get("host_mbps_used")), _number(params.get("host_mbps"))}
-        used = {next(iter(used - {None}))} if used - {None} else set()
+        recorded = [rate for rate in (_number(params.get("host_mbps_used")),
+                                      _number(params.get("host_mbps"))) if rate is not None]
+        used = set(recorded[:1])
     return tuple(sorted(used))
 
 

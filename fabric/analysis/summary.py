@@ -53,9 +53,9 @@ def summarize(graph: nx.Graph) -> dict[str, Any]:
     counts = {role: 0 for role in fg.TIER_ORDER}
     for _, role in graph.nodes(data="role"):
         counts[role] += 1
-    tiers = {role: {"switches": counts[role], "down_gbps": 0.0, "up_gbps": 0.0,
-                    "lateral_gbps": 0.0, "oversubscription": None}
-             for role in fg.SWITCH_ROLES}
+    tiers: dict[str, dict[str, Any]] = {
+        role: {"switches": counts[role], "down_gbps": 0.0, "up_gbps": 0.0, "lateral_gbps": 0.0,
+               "oversubscription": None} for role in fg.SWITCH_ROLES}
     interzone = 0.0
     for a, b, gbps in graph.edges(data="gbps"):
         ra, rb = (_RANK[graph.nodes[n]["role"]] for n in (a, b))

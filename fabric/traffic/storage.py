@@ -309,7 +309,7 @@ def checkpoint_restore(clients: Sequence[str], sources: Sequence[Sequence[str | 
     for i, (client, row) in enumerate(zip(clients, sources)):
         first = i % len(row) if row else 0
         order = list(range(first, len(row))) + list(range(first))
-        reads = [(s, row[s]) for s in order if row[s] is not None]
+        reads = [(s, src) for s in order for src in [row[s]] if src is not None]
         if any(src == client for _, src in reads):
             raise ValueError(f"{client} cannot read from itself over the network (use None)")
         for g, (s, src) in enumerate(reads):

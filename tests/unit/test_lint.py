@@ -10,7 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LINTED = ("fabric", "topologies", "controllers", "experiments", "benchmarks", "tests",
           "examples", "scripts")
-TYPED = ("fabric/model", "fabric/routing", "topologies")  # mypy-clean; the rest to follow
+TYPED = ("fabric/model", "fabric/routing", "fabric/traffic", "fabric/analysis",
+         "topologies")  # mypy-clean; the rest to follow
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

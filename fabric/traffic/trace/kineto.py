@@ -37,7 +37,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from fabric.traffic.trace import kineto_gloo
 from fabric.traffic.trace.dtypes import dtype_bytes
@@ -244,10 +244,11 @@ def _collective(comm: Comm, where: str, step: int,
     if name in ("send", "recv"):
         if comm.peer is None:
             raise TraceError(f"{where}: the trace does not say which rank is the peer")
-        return Collective(name, comm.bytes, step, None, comm.peer, where)
+        # a size the trace lacks fails validate() with the event's name
+        return Collective(name, cast(int, comm.bytes), step, None, comm.peer, where)
     if comm.group is None:
         raise TraceError(f"{where}: the trace does not say which process group ran it")
     size = comm.bytes
     if comm.per_rank_bytes is not None:  # list-of-tensors forms record one rank's part
         size = comm.per_rank_bytes * len(groups.get(comm.group, ()))
-    return Collective(name, size, step, comm.group, None, where)
+    return Collective(name, cast(int, size), step, comm.group, None, where)

@@ -120,8 +120,8 @@ def _match(ops: list[tuple[int, dict[str, Any]]],
 def _thread_groups(main_tids: set[Any], spans: list[dict[str, Any]],
                    groups: dict[str, tuple[int, ...]]) -> dict[Any, str] | None:
     """Worker thread id -> group, or None when the runs do not pair with the groups."""
-    tids = sorted({s.get("tid") for s in spans if s.get("tid") not in main_tids
-                   and isinstance(s.get("tid"), int)})
+    tids = sorted({tid for s in spans for tid in [s.get("tid")]
+                   if isinstance(tid, int) and tid not in main_tids})
     runs: list[list[int]] = []
     for tid in tids:
         if runs and tid == runs[-1][-1] + 1:

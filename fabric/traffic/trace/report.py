@@ -105,11 +105,12 @@ def collective_times(replay: Replay, rows: Mapping[str, Row],
         if c.skipped:
             continue
         got = [row for _, row in spans.get(c.key, [])]
-        done = bool(got) and all(r is not None and r[0] is not None and r[1] is not None
-                                 for r in got)
-        start = min(r[0] for r in got) if done else None
-        end = max(r[1] for r in got) if done else None
-        seconds = end - start if done else None
+        starts = [r[0] for r in got if r is not None and r[0] is not None]
+        ends = [r[1] for r in got if r is not None and r[1] is not None]
+        done = bool(got) and len(starts) == len(ends) == len(got)
+        start = min(starts) if done else None
+        end = max(ends) if done else None
+        seconds = end - start if end is not None and start is not None else None
         bw = _busbw(c, seconds) if seconds else None
         ratio = bw / ideal_busbw if bw is not None and ideal_busbw else None
         out.append(CollectiveTime(c.key, c.name, c.group, c.step, len(c.ranks), c.replayed_bytes,

@@ -141,6 +141,7 @@ def _all_instances(workload: Workload, endpoints: Sequence[str], byte_scale: flo
             if key in replayed:
                 continue
             op = workload.programs[rank][index]
+            assert isinstance(op, Collective)  # the instance keys index collectives only
             tag, ranks = _instance(workload, op, key, prefix)
             eps = [endpoints[r] for r in ranks]
             local = len(ranks) < 2 or (servers is not None

@@ -36,7 +36,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, cast
 
 from fabric.errors import UserError
 
@@ -202,10 +202,12 @@ def _check_pairs_agree(workload: Workload, src: str) -> None:
     recvs: dict[tuple[int, int], list[Collective]] = {}
     for rank in range(workload.ranks):
         for op in workload.collectives(rank):
-            if op.name == "send":
-                sends.setdefault((rank, op.peer), []).append(op)
-            elif op.name == "recv":
-                recvs.setdefault((op.peer, rank), []).append(op)
+            if op.name in ("send", "recv"):
+                assert op.peer is not None  # _check_op refused a send or recv without one
+                if op.name == "send":
+                    sends.setdefault((rank, op.peer), []).append(op)
+                else:
+                    recvs.setdefault((op.peer, rank), []).append(op)
     for (a, b) in sorted(set(sends) | set(recvs)):
         out, into = sends.get((a, b), []), recvs.get((a, b), [])
         for k, (s, r) in enumerate(zip(out, into)):
@@ -287,9 +289,11 @@ def _op_from(item: Any, source: str, rank: int, index: int) -> Op:
     if extra:
         raise TraceError(f"{where}: unknown field {extra[0]!r}")
     step = item.get("step", 0)
+    # the values as the file has them: validate() checks their types and ranges
     if name == "compute":
-        return Compute(item.get("seconds"), step, where)
-    return Collective(name, item.get("bytes"), step, item.get("group"), item.get("peer"), where)
+        return Compute(cast(float, item.get("seconds")), step, where)
+    return Collective(name, cast(int, item.get("bytes")), step, item.get("group"),
+                      item.get("peer"), where)
 
 
 def load(path: Path) -> Workload:
