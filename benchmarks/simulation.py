@@ -52,7 +52,7 @@ def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
           f"simulated (ideal)  sim-emu  valid")
     for spec in specs:
         graph = topologies.build(spec)
-        for policy in ("ecmp", "spray", "adaptive"):
+        for policy in ("ecmp", "spray", "adaptive", "static"):
             cells = crosscheck(graph, policy, ("stride", "permutation"), range(seeds),
                                workdir / f"{spec}-{policy}")
             for c in cells:
