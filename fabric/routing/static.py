@@ -23,7 +23,7 @@ from typing import Iterable
 import networkx as nx
 
 from fabric.model import graph as fg
-from fabric.routing.tables import next_hops
+from fabric.routing.tables import route_tables
 
 
 class StaticRoutingError(ValueError):
@@ -77,20 +77,14 @@ def static_route_tables(graph: nx.Graph, down: Iterable[frozenset] = ()
     StaticRoutingError
         When a switch reaches no endpoint (the graph has no tiers to plan by).
     """
-    down = frozenset(down)
     tiers = switch_tiers(graph)
     ups = up_ports(graph, tiers)
     divisor = {t: _product(ups.get(u, 1) or 1 for u in range(1, t)) for t in set(tiers.values())}
     number = {ip: d for d, ip in enumerate(destination_order(graph))}
-    tables: dict[str, dict[str, tuple[int, ...]]] = {sw: {} for sw in fg.switches(graph)}
-    for att in fg.attachments(graph):
-        if frozenset((att.switch, att.endpoint)) in down:
-            continue
-        tables[att.switch][att.ip] = (att.switch_port,)
-        d = number[att.ip]
-        for sw, ports in next_hops(graph, att.switch, down).items():
-            tables[sw][att.ip] = (ports[(d // divisor[tiers[sw]]) % len(ports)],)
-    return tables
+    # the equal-cost ports of every switch and destination, one of them chosen by D-mod-k
+    return {sw: {ip: (ports[(number[ip] // divisor[tiers[sw]]) % len(ports)],)
+                 for ip, ports in table.items()}
+            for sw, table in route_tables(graph, down).items()}
 
 
 def _product(values: Iterable[int]) -> int:
