@@ -14,15 +14,14 @@ Each queue's filter gets its own state: tc loads the object once per filter.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import re
 import shutil
 import struct
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from fabric.emulation import bpf_build
 from fabric.emulation.ovs import STATE_DIR
 from fabric.emulation.shaping import DEFAULT_FRAME_BYTES
 
@@ -88,32 +87,7 @@ def marker_object(rate_mbps: float, queue_pkts: int, marking: EcnMarking,
         When clang is missing or fails.
     """
     defines = marker_defines(rate_mbps, queue_pkts, marking, frame_bytes)
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + repr(sorted(defines.items())).encode()).hexdigest()[:16]
-    obj = cache_dir / f"marker-{key}.o"
-    if obj.exists():
-        return obj
-    check_compiler()
-    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = obj.with_suffix(f".{os.getpid()}.tmp")
-    args = ["clang", "-O2", "-g", "-target", "bpf", "-Wall", "-Werror",
-            *(f"-D{name}={value}ULL" for name, value in defines.items()),
-            *_include_dirs(), "-c", str(SOURCE), "-o", str(partial)]
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            raise MarkerError(f"building the ECN marker failed: {proc.stderr.strip()[-800:]}")
-        partial.replace(obj)  # atomic: a concurrent build never loads half an object
-    finally:
-        partial.unlink(missing_ok=True)  # a failed or interrupted build leaves nothing
-    return obj
-
-
-def _include_dirs() -> list[str]:
-    # Debian keeps asm/ under the multiarch directory, which -target bpf does not search
-    machine = os.uname().machine
-    arch_dir = Path(f"/usr/include/{machine}-linux-gnu")
-    return [f"-I{arch_dir}"] if arch_dir.is_dir() else []
+    return bpf_build.compile_object(SOURCE, cache_dir, "marker", MarkerError, defines=defines)
 
 
 def marker_line(dev: str, obj: Path, replace: bool = False) -> str:

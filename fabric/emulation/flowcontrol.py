@@ -15,7 +15,6 @@ an endpoint" in a packet's tag).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
-from fabric.emulation import shaping
+from fabric.emulation import bpf_build, shaping
 from fabric.emulation.ovs import STATE_DIR
 from fabric.errors import UserError
 from fabric.host import libbpf
@@ -69,6 +68,16 @@ class DirectedLink:
     port_index: int
 
 
+def link_directions(graph: nx.Graph) -> list[DirectedLink]:
+    """Every link direction into a switch, switch by switch in port order; the flow
+    control's link ids are their positions, from 1 (pure; no limits checked)."""
+    out = []
+    for sw in fg.switches(graph):
+        nbrs = sorted(graph.neighbors(sw), key=lambda n: fg.port(graph, sw, n))
+        out += [DirectedLink(n, sw, i) for i, n in enumerate(nbrs)]
+    return out
+
+
 def directed_links(graph: nx.Graph) -> list[DirectedLink]:
     """Every link direction into a switch, switch by switch in port order (pure).
 
@@ -77,13 +86,11 @@ def directed_links(graph: nx.Graph) -> list[DirectedLink]:
     FlowControlError
         When a switch has more ports than the accounting holds.
     """
-    out = []
     for sw in fg.switches(graph):
-        nbrs = sorted(graph.neighbors(sw), key=lambda n: fg.port(graph, sw, n))
-        if len(nbrs) > MAX_PORTS:
-            raise FlowControlError(f"flow control: switch {sw} has {len(nbrs)} ports; the "
-                                   f"accounting holds {MAX_PORTS}")
-        out += [DirectedLink(n, sw, i) for i, n in enumerate(nbrs)]
+        if graph.degree(sw) > MAX_PORTS:
+            raise FlowControlError(f"flow control: switch {sw} has {graph.degree(sw)} ports; "
+                                   f"the accounting holds {MAX_PORTS}")
+    out = link_directions(graph)
     if len(out) >= MAX_LINKS or len(fg.switches(graph)) > MAX_SWITCHES:
         raise FlowControlError(f"flow control: {len(out)} link directions into "
                                f"{len(fg.switches(graph))} switches is more than the "
@@ -105,25 +112,7 @@ def check(graph: nx.Graph, lanes: LaneConfig) -> None:
 
 def build_object(cache_dir: Path = CACHE_DIR) -> Path:
     """The compiled accounting, built once per source (cached like the ECN marker)."""
-    source = SOURCE.read_bytes() + HEADER.read_bytes()
-    obj = cache_dir / f"pfc-{hashlib.sha256(source).hexdigest()[:16]}.o"
-    if obj.exists():
-        return obj
-    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = obj.with_suffix(f".{os.getpid()}.tmp")
-    arch = Path(f"/usr/include/{os.uname().machine}-linux-gnu")
-    args = ["clang", "-O2", "-g", "-target", "bpf", "-Wall", "-Werror",
-            f"-I{HEADER.parent}", *([f"-I{arch}"] if arch.is_dir() else []),
-            "-c", str(SOURCE), "-o", str(partial)]
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            raise FlowControlSetupError(f"building the flow-control accounting failed: "
-                                        f"{proc.stderr.strip()[-800:]}")
-        partial.replace(obj)
-    finally:
-        partial.unlink(missing_ok=True)
-    return obj
+    return bpf_build.compile_object(SOURCE, cache_dir, "pfc", FlowControlSetupError, (HEADER,))
 
 
 def daemon_config(graph: nx.Graph, host_pids: dict[str, int], link_mbps: dict[frozenset, float],
