@@ -20,6 +20,8 @@ from pathlib import Path
 from fabric.errors import UserError
 
 SOURCE = Path(__file__).with_name("ns3") / "fabric_sim.cc"
+# the adaptive-routing choice, shared with the emulator's datapath
+AR_HEADER = Path(__file__).parents[1] / "routing" / "switch_ar.h"
 NS3_HEADER = Path("/usr/include/ns3/core-module.h")
 NS3_LIBRARIES = ("ns3-core", "ns3-network", "ns3-point-to-point")
 # built where it runs, so tuned for this machine's CPU (-march=native: 10 % faster)
@@ -76,7 +78,7 @@ def simulator_binary() -> Path:
     if not NS3_HEADER.exists() or compiler is None:
         missing = "ns-3 (libns3-dev)" if not NS3_HEADER.exists() else "g++"
         raise SimulatorMissing(f"--backend ns3 needs {missing}; {INSTALL_HINT}")
-    digest = hashlib.sha256(SOURCE.read_bytes() + "|".join(
+    digest = hashlib.sha256(SOURCE.read_bytes() + AR_HEADER.read_bytes() + "|".join(
         (_ns3_version(), " ".join(FLAGS), _cpu())).encode()).hexdigest()[:16]
     target = cache_dir() / digest / "fabric-sim"
     if target.exists():
@@ -85,7 +87,7 @@ def simulator_binary() -> Path:
     # build beside the target and rename: a concurrent build never sees half a binary
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / "fabric-sim"
-        cmd = [compiler, *FLAGS, "-o", str(out), str(SOURCE),
+        cmd = [compiler, *FLAGS, f"-I{AR_HEADER.parent}", "-o", str(out), str(SOURCE),
                *(f"-l{lib}" for lib in NS3_LIBRARIES)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:

@@ -52,6 +52,7 @@ from fabric.agent.roce.engine import RoceConfig
 from fabric.model import graph as fg
 from fabric.routing.adaptive import AdaptiveParams
 from fabric.routing.static import static_route_tables
+from fabric.routing.switch_ar import ArParams
 from fabric.routing.tables import hash_basis, route_tables
 from fabric.traffic.model import (Plan, ScheduleError, Transfer, TransportSpec, source_ports,
                                   validate_schedule)
@@ -70,7 +71,9 @@ class Fabric:
     link runs at it, as the emulator does. ``queue_pkts`` is every switch
     port's buffer; ``link_delay_s`` every link's propagation delay.
     ``static_routes`` installs the planned static routes (one port per destination,
-    :mod:`fabric.routing.static`) instead of the equal-cost sets the switches hash over.
+    :mod:`fabric.routing.static`) instead of the equal-cost sets the switches hash over;
+    ``adaptive_routing`` has the switches choose among those sets per packet by
+    occupancy (:mod:`fabric.routing.switch_ar`).
     """
 
     graph: nx.Graph
@@ -78,6 +81,12 @@ class Fabric:
     queue_pkts: int = 64
     link_delay_s: float = 0.0
     static_routes: bool = False
+    adaptive_routing: ArParams | None = None
+
+    def __post_init__(self) -> None:
+        if self.static_routes and self.adaptive_routing:
+            raise ValueError("static routes leave a switch no port to choose among: "
+                             "adaptive routing needs the equal-cost sets")
 
     def routes(self) -> dict[str, dict[str, tuple[int, ...]]]:
         """``{switch: {destination ip: its ports}}`` as the switches route."""
@@ -129,6 +138,11 @@ def transport_config(fabric: Fabric, transport: TransportSpec, deadline_s: float
     (as ``RoceEngine._scale_to_rate`` sets them) and swift's parameters."""
     pt = packet_time(fabric, transport)
     timers = config.timers
+    ar = fabric.adaptive_routing
+    routing = ({} if ar is None else {
+        "ar": 1.0, "ar_keep": float(ar.keep),
+        "ar_frame_bytes": float(transport.mtu_payload + bth.DATA_OVERHEAD),
+        "ar_flowlet_gap": (ar.flowlet_gap_pkts or 0.0) * pt})
     min_rto = max(timers.min_rto, fabric.queue_pkts + timers.rto_above_buffer)
     max_rto = max(timers.max_rto, 2.5 * min_rto)
     cc = config.cc
@@ -142,7 +156,7 @@ def transport_config(fabric: Fabric, transport: TransportSpec, deadline_s: float
             "ai": swift.ai, "beta": swift.beta, "max_mdf": swift.max_mdf,
             "endpoint_allowance": swift.endpoint_allowance,
             "hop_allowance": swift.hop_allowance, "base_cap": swift.base_cap + 1.0,
-            "min_cwnd": swift.min_cwnd, "end_time": deadline_s}
+            "min_cwnd": swift.min_cwnd, "end_time": deadline_s, **routing}
 
 
 def host_addresses(graph: nx.Graph) -> dict[str, list[str]]:

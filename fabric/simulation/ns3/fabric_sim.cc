@@ -17,6 +17,10 @@
 //   interval, writes every switch port's counters and backlog, and reads the
 //   groups' new weights from its standard input (fabric/simulation/adaptive.py
 //   asks the adaptive policy's own code, fabric/routing/adaptive.py);
+// - switch-local adaptive routing (``ar``): per packet, the least occupied of the
+//   route's ports by the rule of fabric/routing/switch_ar.h (shared with the
+//   emulator's datapath), occupancy being a port's fluid virtual queue as the
+//   emulator's datapath keeps it; optionally sticky per flowlet;
 // - hosts: a NIC that sends its transport's ACKs ahead of its data and data at
 //   line rate, one packet after the other;
 // - the roce transport (fabric/agent/roce): connections whose messages share a
@@ -27,6 +31,8 @@
 #include "ns3/core-module.h"
 #include "ns3/network-module.h"
 #include "ns3/point-to-point-module.h"
+
+#include "switch_ar.h"
 
 #include <algorithm>
 #include <chrono>
@@ -135,6 +141,9 @@ struct Config {
   double endTime = 10;
   double telemetryInterval = 0;  // seconds between telemetry stops (0: none)
   double defaultWeight = 1;      // every bucket's weight until told otherwise
+  // switch-local adaptive routing: on (1), the hashed port's threshold in packets (-1:
+  // none), the bytes of a full-size frame (its queues' unit), the flowlet gap
+  double ar = 0, arKeep = -1, arFrameBytes = 1, arFlowletGap = 0;
   // bytes each transfer had delivered when these times passed (steady-state windows)
   double windowStart = INF, windowEnd = INF;
 };
@@ -465,6 +474,18 @@ struct Port {
   Ptr<PointToPointNetDevice> dev;
   int link = -1, peer = -1;
   bool forward = true;  // this side is the link's a (direction a -> b)
+  // the fluid virtual queue adaptive routing reads: when it drains, its rate and cap
+  double emptyAt = 0, bytesPerS = 0, capS = 0;
+  uint64_t turns = 0;  // adaptive decisions it made as the hashed port (ties take turns)
+  uint64_t Queued(double now) const {
+    return emptyAt > now ? (uint64_t)((emptyAt - now) * bytesPerS) : 0;
+  }
+};
+
+// a flow's last port and packet at a switch (flowlet stickiness)
+struct Flowlet {
+  int port = -1;
+  double last = -INF;
 };
 
 struct Node_;
@@ -517,14 +538,15 @@ struct Group {
   std::vector<int> ports;
   std::vector<uint32_t> weights;
   uint64_t total = 0;
-  int Pick(uint32_t h) const {
-    if (ports.size() == 1 || total == 0) return ports[0];
+  int Pick(uint32_t h) const { return ports[PickIndex(h)]; }
+  int PickIndex(uint32_t h) const {
+    if (ports.size() == 1 || total == 0) return 0;
     uint64_t r = h % total;
     for (size_t i = 0; i < ports.size(); ++i) {
-      if (r < weights[i]) return ports[i];
+      if (r < weights[i]) return i;
       r -= weights[i];
     }
-    return ports.back();  // unreachable: r < total
+    return ports.size() - 1;  // unreachable: r < total
   }
   void SetWeights(const std::vector<uint32_t>& w) {
     weights = w;
@@ -544,6 +566,7 @@ struct Node_ {
   // a switch's group by destination NIC (-1: no route; an array, not a hash table:
   // the lookup is on every packet and hop)
   std::vector<int> routes;
+  std::unordered_map<uint64_t, Flowlet> flowlets;  // by flow (adaptive routing)
 };
 
 // An endpoint's NIC: its transport's ACKs go ahead of its data, and data leaves
@@ -595,6 +618,10 @@ void SendOut(Node_& n, int port, Ptr<Packet> p) {
   int dir = pt.forward ? 0 : 1;
   ls.packets[dir] += 1;
   ls.bytes[dir] += p->GetSize() + PPP_HEADER;
+  double now = Now(), start = std::max(now, pt.emptyAt);
+  // a full head-drop queue stays full: so does its virtual copy
+  if (start - now < pt.capS) start += (p->GetSize() + PPP_HEADER) / pt.bytesPerS;
+  pt.emptyAt = start;
   pt.dev->Send(p, pt.dev->GetBroadcast(), 0x0800);
 }
 
@@ -707,6 +734,32 @@ void OnAckPacket(const Meta& m) {
   Kick(c.nic);
 }
 
+// Switch-local adaptive routing: the least occupied of the group's ports, in whole
+// packets (switch_ar.h); with a flowlet gap, a flow keeps its last port until idle.
+int AdaptivePort(Node_& n, const Group& g, const Meta& m) {
+  double now = Now();
+  Flowlet* fl = nullptr;
+  if (cfg.arFlowletGap > 0) {
+    uint64_t key = ((uint64_t)m.srcIp << 32 | m.dstIp) * 0x9E3779B97F4A7C15ull ^
+                   ((uint64_t)m.sport << 16 | m.dport);
+    fl = &n.flowlets[key];
+    bool kept = now - fl->last < cfg.arFlowletGap &&
+                std::find(g.ports.begin(), g.ports.end(), fl->port) != g.ports.end();
+    fl->last = now;
+    if (kept) return fl->port;
+  }
+  unsigned long long queued[AR_MAX_PORTS];
+  unsigned char paused[AR_MAX_PORTS] = {0};  // no lossless lanes in this backend
+  int count = std::min((int)g.ports.size(), AR_MAX_PORTS);
+  for (int i = 0; i < count; ++i)
+    queued[i] = n.ports[g.ports[i]].Queued(now) / (uint64_t)cfg.arFrameBytes;
+  int hashed = g.PickIndex(SelectHash(m.srcIp, m.dstIp, 17, m.sport, m.dport, n.basis));
+  uint64_t turn = n.ports[g.ports[hashed]].turns++;
+  int port = g.ports[ar_choose(count, hashed, turn, queued, paused, (long long)cfg.arKeep)];
+  if (fl) fl->port = port;
+  return port;
+}
+
 bool Receive(int index, Ptr<NetDevice>, Ptr<const Packet> p, uint16_t, const Address&) {
   auto it = metas.find(p->GetUid());
   if (it == metas.end()) return true;
@@ -721,9 +774,10 @@ bool Receive(int index, Ptr<NetDevice>, Ptr<const Packet> p, uint16_t, const Add
   if (m.dstNic < 0 || m.dstNic >= (int)n.routes.size() || n.routes[m.dstNic] < 0)
     return true;  // no route: dropped
   const Group& g = n.groups[n.routes[m.dstNic]];
-  int port = g.ports.size() == 1
-                 ? g.ports[0]
-                 : g.Pick(SelectHash(m.srcIp, m.dstIp, 17, m.sport, m.dport, n.basis));
+  int port = g.ports.size() == 1 ? g.ports[0]
+             : cfg.ar          ? AdaptivePort(n, g, m)
+                               : g.Pick(SelectHash(m.srcIp, m.dstIp, 17, m.sport, m.dport,
+                                                   n.basis));
   if (!m.ack) {
     const auto& pinned = connections[transfers[m.msg]->conn]->pinned;
     auto pin = pinned.find(index);
@@ -934,7 +988,8 @@ void ReadScenario(std::istream& in) {
             {"hop_allowance", &cfg.hopAllowance}, {"base_cap", &cfg.baseCap},
             {"min_cwnd", &cfg.minCwnd}, {"end_time", &cfg.endTime},
             {"telemetry_interval", &cfg.telemetryInterval},
-            {"default_weight", &cfg.defaultWeight},
+            {"default_weight", &cfg.defaultWeight}, {"ar", &cfg.ar},
+            {"ar_keep", &cfg.arKeep}, {"ar_frame_bytes", &cfg.arFrameBytes}, {"ar_flowlet_gap", &cfg.arFlowletGap},
             {"window_start", &cfg.windowStart}, {"window_end", &cfg.windowEnd}};
         if (!d.count(key)) Fail("line " + std::to_string(lineNo) + ": unknown config " + key);
         if (key == "mtu") cfg.mtu = (int)v;
@@ -989,6 +1044,8 @@ void ReadScenario(std::istream& in) {
         auto& ports = nodes[who].ports;
         if ((int)ports.size() <= port) ports.resize(port + 1);
         ports[port] = Port{dev, index, side ? a : b, side == 0};
+        ports[port].bytesPerS = rate / 8;
+        ports[port].capS = buffer * (cfg.mtu + DATA_OVERHEAD) / ports[port].bytesPerS;
       }
     } else if (kind == "route") {
       int sw;
