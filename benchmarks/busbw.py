@@ -50,7 +50,7 @@ from fabric.emulation.machine_speed import default_host_mbps
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.errors import UserError
 from fabric.model import graph as fg
-from fabric.routing.policies import POLICIES, sprays
+from fabric.routing.policies import POLICIES, multipath, sprays
 from fabric.traffic import collectives, ideal, sizing
 from fabric.traffic.model import CONGESTION_CONTROLS, SPRAY_ENTROPY_PORTS, TransportSpec
 from fabric.traffic.placement import rank_hosts
@@ -250,7 +250,7 @@ def main() -> None:
         for packets in args.sizes:
             for chunks in args.chunks:
                 one_size(emu, args.pattern, args.seed, packets, transport,
-                         sprays(args.policy), workdir, chunks, args.slots)
+                         multipath(args.policy), workdir, chunks, args.slots)
 
 
 if __name__ == "__main__":

@@ -5,4 +5,5 @@ import os-ken, so only the launcher imports them.
 """
 
 POLICIES = {"ecmp": "controllers.ecmp", "spray": "controllers.spray",
-            "adaptive": "controllers.adaptive", "static": "controllers.static"}
+            "adaptive": "controllers.adaptive", "static": "controllers.static",
+            "ar": "controllers.ar"}

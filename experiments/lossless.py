@@ -12,8 +12,10 @@ ring step crosses the spines and some enter the hot leaf.
 
 Part ``routing`` (head-of-line blocking): one lossless lane for everything, no
 congestion control (Fire-Flyer's choice) and each routing policy in turn: the subnet
-manager's planned static routes (``static``, Fire-Flyer's), per-flow hashing
-(``ecmp``), packet spraying and adaptive routing. Spreading
+manager's planned static routes (``static``, Fire-Flyer's), the switches' own
+adaptive routing (``ar``: each packet to the least occupied of its ports, a paused
+one last, as InfiniBand AR and Spectrum-X switches route), per-flow hashing
+(``ecmp``), packet spraying and telemetry-weighted spraying (``adaptive``). Spreading
 packets over every path gives the incast every spine too, so its pauses can reach
 every path the ring has; per-flow paths confine them to the spines the incast's
 flows hashed onto. Fire-Flyer chose static routing because adaptive routing
@@ -59,7 +61,7 @@ QUESTION = ("On a lossless fabric, does spreading traffic over every path spread
             "incast's pauses to a collective, and which congestion control serves mixed "
             "traffic best?")
 DEFAULT_TOPO = "rail-clos"
-POLICIES = ("static", "ecmp", "spray", "adaptive")  # part "routing"; Fire-Flyer's first
+POLICIES = ("static", "ar", "ecmp", "spray", "adaptive")  # part "routing"; Fire-Flyer's first
 CCS = ("none", "dcqcn", "swift")  # part "cc"
 ROUTING_CC = "none"  # Fire-Flyer runs without congestion control
 PHASES = ("baseline", "storage")
@@ -277,7 +279,8 @@ def table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def estimate_s(mode: LosslessMode, seeds: int, host_mbps: float) -> float:
-    """Pessimistic wall time at ``host_mbps``: four bring-ups, six run loops, every
+    """Pessimistic wall time at ``host_mbps``: a bring-up per policy and one for the
+    congestion controls, a run loop per policy and congestion control, every
     iteration."""
     ring_s = sizing.seconds_of(RING_PACKETS, TransportSpec("roce"), host_mbps)
     per_iteration = 2 * RUN_OVERHEAD_S + ring_s * (2 + STORAGE_SLOWDOWN_BUDGET)

@@ -59,7 +59,7 @@ from fabric.experiment.options import (POLICIES_OPTION, ROCE_OPTIONS, SPRAY_ENTR
                                        chosen_policies)
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
-from fabric.routing.policies import POLICIES as ROUTING_POLICIES, sprays
+from fabric.routing.policies import POLICIES as ROUTING_POLICIES, multipath, sprays
 from fabric.traffic import sizing
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, Transfer, TransportSpec
 from fabric.traffic.trace import Workload, load_trace
@@ -505,7 +505,7 @@ class ReplayExperiment(Experiment):
                 runner.run(emu, _runs(graph, jobs, policy, rate, transport, self.seeds(ctx),
                                       ctx.quick),
                            transport, f"{policy}-{rate:g}",
-                           _row_function(runner, emu, entropy != "flow"), deadline_s=deadline)
+                           _row_function(runner, emu, multipath(policy)), deadline_s=deadline)
         return Measured(
             {"topology": ctx.topo or DEFAULT_TOPO, "policies": chosen_policies(ctx, POLICIES),
              "jobs": {j.name: {"trace": j.workload.source, "ranks": j.workload.ranks,

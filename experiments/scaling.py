@@ -50,7 +50,7 @@ from fabric.experiment.measures import (STEADY_WINDOW, as_float, steady_measures
 from fabric.experiment.options import (POLICIES_OPTION, ROCE_OPTIONS, SPRAY_ENTROPY,
                                        chosen_policies)
 from fabric.model import graph as fg
-from fabric.routing.policies import POLICIES as ROUTING_POLICIES, sprays
+from fabric.routing.policies import POLICIES as ROUTING_POLICIES, multipath, sprays
 from fabric.traffic import sizing
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS
 from fabric.traffic.workloads import norm_throughput, pattern_transfers
@@ -280,7 +280,7 @@ class Scaling(Experiment):
                     runner.run(fab, _schedules(graph, spec, policy, backend, pattern, seeds,
                                                transport, packets, rate),
                                transport, f"{spec}-{backend}-{policy}-{pattern}",
-                               _row_function(fab, spray=entropy != "flow"),
+                               _row_function(fab, spray=multipath(policy)),
                                deadline_s=deadline)
 
     def table(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

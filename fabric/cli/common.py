@@ -17,6 +17,7 @@ from fabric.model.flowcontrol import MODES, FlowControl
 from fabric.model.presets import PRESETS, Preset
 from fabric.model.graph import TopologyError
 from fabric.routing.policies import POLICIES
+from fabric.routing.switch_ar import MAX_FLOWLET_GAP_PKTS, MAX_THRESHOLD_PKTS, ArParams
 
 
 class UsageError(UserError, ValueError):
@@ -64,6 +65,7 @@ def add_emulation_args(parser: argparse.ArgumentParser) -> None:
     """The options of a bring-up: routing, lanes, rates, buffers, datapath, controller."""
     parser.add_argument("--routing", default=None, choices=POLICIES,
                         help="routing policy (default: the preset's, or ecmp)")
+    add_adaptive_routing_args(parser, "--routing ar")
     lanes = parser.add_mutually_exclusive_group()
     lanes.add_argument("--isolation", action="store_true",
                        help="three virtual lanes: collective (DSCP 26), storage (DSCP 10), rest")
@@ -94,6 +96,25 @@ def add_emulation_args(parser: argparse.ArgumentParser) -> None:
                             default=None,
                             help="use a controller that is already running on loopback (e.g. "
                                  "remote:127.0.0.1:6633) instead of starting one")
+
+
+def add_adaptive_routing_args(parser: argparse.ArgumentParser, applies: str) -> None:
+    """``--ar-threshold`` and ``--ar-flowlet-gap``: the switches' choice under ``ar``."""
+    parser.add_argument("--ar-threshold", metavar="PKTS", default=None,
+                        type=argtypes.integer(0, MAX_THRESHOLD_PKTS),
+                        help=f"{applies}: keep the port the flow hash picked while it holds at "
+                             "most PKTS packets (default: none, every packet goes to the least "
+                             "occupied port)")
+    parser.add_argument("--ar-flowlet-gap", metavar="PKTS", default=None,
+                        type=argtypes.positive_number(MAX_FLOWLET_GAP_PKTS),
+                        help=f"{applies}: keep a flow on its last port until it has been idle "
+                             "this many packet times of a host link (flowlet switching; "
+                             "default: decide every packet)")
+
+
+def adaptive_routing_of(args: argparse.Namespace) -> ArParams:
+    """The :class:`ArParams` of ``--ar-threshold`` and ``--ar-flowlet-gap``."""
+    return ArParams(args.ar_threshold, args.ar_flowlet_gap)
 
 
 def add_flow_control_arg(parser: argparse.ArgumentParser, experiment: bool = False) -> None:
@@ -133,7 +154,11 @@ def emulation_options(args: argparse.Namespace, **extra: Any) -> Any:
     from fabric.emulation import EmulationOptions
 
     preset = preset_of(args)
-    return EmulationOptions(policy=args.routing or (preset.policy if preset else "ecmp"),
+    policy = args.routing or (preset.policy if preset else "ecmp")
+    for flag in ("--ar-threshold", "--ar-flowlet-gap"):
+        if getattr(args, flag[2:].replace("-", "_")) is not None and policy != "ar":
+            raise UsageError(f"argument {flag}: applies to --routing ar only")
+    return EmulationOptions(policy=policy, adaptive_routing=adaptive_routing_of(args),
                             host_mbps=args.host_mbps,
                             queue_pkts=args.queue_pkts, datapath=args.datapath,
                             controller_port=args.port, lanes=lanes_of(args),

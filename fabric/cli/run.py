@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from fabric import argtypes
-from fabric.cli.common import (UsageError, add_flow_control_arg, add_pcap_args, build_graph,
+from fabric.cli.common import (UsageError, adaptive_routing_of, add_adaptive_routing_args,
+                               add_flow_control_arg, add_pcap_args, build_graph,
                                check_pcap_args, flow_control_of, preset_of)
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl, FlowControlError, mmu_bytes
@@ -55,6 +56,7 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tcp-cc", type=argtypes.name, default="cubic",
                         help="TCP congestion control of every emulated host (default: cubic)")
     add_flow_control_arg(parser, experiment=True)
+    add_adaptive_routing_args(parser, "runs routed by ar")
     parser.add_argument("--backend", choices=("emulator", "ns3"), default="emulator",
                         help="emulator: Mininet, Open vSwitch and real stacks (root; the "
                              "default); ns3: the same fabric, routes and roce transport in the "
@@ -92,7 +94,7 @@ def run_context(args: argparse.Namespace) -> Any:
     ctx = RunContext(Path(args.out), quick=args.quick, seeds=args.seeds, topo=args.topo,
                      host_mbps=args.host_mbps, tcp_cc=args.tcp_cc,
                      flow_control=flow_control_of(args), preset=preset, values=values,
-                     backend=args.backend)
+                     backend=args.backend, adaptive_routing=adaptive_routing_of(args))
     if args.attempts is not None:
         ctx.attempts = args.attempts
     try:

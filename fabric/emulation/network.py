@@ -26,12 +26,13 @@ from typing import Any, Iterable, Iterator
 
 import networkx as nx
 
-from fabric.emulation import (capacity, ecn, flowcontrol, hostconfig, mnclasses, ovs, runstate,
-                              shaping)
+from fabric.emulation import (adaptive_routing, capacity, ecn, flowcontrol, hostconfig,
+                              mnclasses, ovs, runstate, shaping)
+from fabric.emulation.adaptive_routing import AdaptiveRouting
 from fabric.emulation.ecn import EcnMarking
 from fabric.emulation.machine_speed import machine_speed
 from fabric.errors import UserError
-from fabric.host import ports, system
+from fabric.host import libbpf, ports, system
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl, lossless_lanes
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
@@ -39,6 +40,8 @@ from fabric.routing.adaptive import AdaptiveParams, params_for_rate
 from fabric.routing.config import ControllerConfig, controller_config_to_dict
 from fabric.routing.policies import POLICIES
 from fabric.routing.static import StaticRoutingError, static_route_tables
+from fabric.routing.switch_ar import ArParams, check_port_sets
+from fabric.routing.tables import route_tables
 from fabric.traffic.model import TCP_PACKET_BYTES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -109,6 +112,8 @@ class EmulationOptions:
     packet_bytes: int = TCP_PACKET_BYTES
     # link-level flow control (PFC) on the lanes that are lossless; None: lossy Ethernet
     flow_control: FlowControl | None = None
+    # the switches' per-packet choice under policy "ar": threshold and flowlet gap
+    adaptive_routing: ArParams = ArParams()
 
 
 @dataclass
@@ -153,7 +158,10 @@ class Emulation:
         self._pfc_object: Path | None = None  # the compiled flow-control accounting
         self._pfc: subprocess.Popen | None = None
         self._pfc_links: list[dict[str, Any]] = []  # the daemon's links (ids, reactions)
+        self._pfc_map_ids: dict[str, int] = {}  # the accounting's maps, by name
         self.pfc_counters: flowcontrol.Counters | None = None
+        self._ar_object: Path | None = None  # the compiled adaptive-routing datapath
+        self.adaptive_routing: AdaptiveRouting | None = None
 
     def __enter__(self) -> "Emulation":
         self.start()
@@ -250,6 +258,8 @@ class Emulation:
             lines.append(f"link set dev {dev} {'up' if up else 'down'}\n")
         if lines:
             system.run(["ip", "-batch", "-"], input_text="".join(lines))
+        if self.adaptive_routing is not None:  # the switches choose among the ports left
+            self.adaptive_routing.set_links(links, up)
 
     def wait_until_healed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
         """Block until the controller knows no link down or slow and has confirmed
@@ -291,6 +301,9 @@ class Emulation:
             if self.options.flow_control:
                 with _phase(self.report, "flow control"):
                     self._start_flow_control()
+            if self._ar_object:
+                with _phase(self.report, "adaptive routing"):
+                    self._start_adaptive_routing()
             with _phase(self.report, "routes"):
                 self.wait_until_routed()
             if self.report.datapath == "user":
@@ -330,14 +343,7 @@ class Emulation:
         if self.options.flow_control:
             flowcontrol.check(self.graph, self.options.lanes)
             self._pfc_object = flowcontrol.build_object()  # a failed build changes nothing
-        if self.options.policy not in POLICIES:
-            raise EmulationError(f"unknown routing policy {self.options.policy!r} "
-                                 f"(known: {', '.join(POLICIES)})")
-        if self.options.policy == "static":  # a graph without tiers: before it is built
-            try:
-                static_route_tables(self.graph)
-            except StaticRoutingError as exc:
-                raise EmulationError(str(exc)) from None
+        self._check_routing()
         available = tcp_congestion_controls()
         if self.options.tcp_cc not in available:
             raise EmulationError(f"TCP congestion control {self.options.tcp_cc!r} is not in "
@@ -361,6 +367,21 @@ class Emulation:
         if clashes:
             raise EmulationError(f"interfaces {', '.join(clashes[:5])} already exist; "
                                  f"run `fabric clean` or remove them")
+
+    def _check_routing(self) -> None:
+        """The policy can route this graph, and its datapath builds (before any change)."""
+        if self.options.policy not in POLICIES:
+            raise EmulationError(f"unknown routing policy {self.options.policy!r} "
+                                 f"(known: {', '.join(POLICIES)})")
+        try:
+            if self.options.policy == "static":  # a graph without tiers
+                static_route_tables(self.graph)
+            if self.options.policy == "ar":
+                check_port_sets(route_tables(self.graph))
+                self._ar_object = adaptive_routing.build_object()
+        except (StaticRoutingError, ValueError, adaptive_routing.AdaptiveRoutingError,
+                libbpf.BpfError) as exc:
+            raise EmulationError(str(exc)) from None
 
     @property
     def _frame_bytes(self) -> int:
@@ -498,7 +519,20 @@ class Emulation:
         self.report.warnings += warnings
         self.state.add_process(self._pfc.pid, expect="pfc_daemon")
         self.pfc_counters = flowcontrol.Counters(status, len(config["links"]))
+        self._pfc_map_ids = status["maps"]
         self._pfc_links = config["links"]
+
+    def _start_adaptive_routing(self) -> None:
+        """Attach the switches' per-packet choice (after flow control: it reads its gates)."""
+        shared = ({name: libbpf.map_by_id(self._pfc_map_ids[name])
+                   for name in adaptive_routing.PFC_MAPS} if self._pfc_map_ids else {})
+        try:
+            self.adaptive_routing = AdaptiveRouting(
+                self.graph, self.report.rate_plan.link_mbps, self.options.queue_pkts,
+                self._frame_bytes, self.options.adaptive_routing, self._ar_object, shared)
+        finally:
+            for fd in shared.values():  # the object holds its own copies
+                os.close(fd)
 
     def flow_control_pid(self) -> int | None:
         """The flow-control daemon's process id (None without flow control)."""
@@ -545,6 +579,7 @@ class Emulation:
                 self._pfc.wait()
             self._pfc = None
         self._pfc_links = []
+        self._pfc_map_ids = {}
 
     def _tc_in_root_mounts(self, endpoint: str, batch: Path) -> None:
         """Run a ``tc -batch`` file in ``endpoint``'s network namespace with this
@@ -620,6 +655,9 @@ class Emulation:
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             self._stop_flow_control()  # first: it opens its gates while the links exist
+            if self.adaptive_routing is not None:
+                self.adaptive_routing.close()
+                self.adaptive_routing = None
             if self.net is not None:
                 ours = {p["pid"] for p in self.state.processes}
                 system.kill_trees([(pid, None) for pid in runstate.stray_processes(self.state)

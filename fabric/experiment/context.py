@@ -15,6 +15,7 @@ from fabric.experiment.simulated import SIM_TIME_SCALE
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
 from fabric.model.presets import Preset
+from fabric.routing.switch_ar import ArParams
 from fabric.traffic.model import TransportSpec
 
 
@@ -61,6 +62,7 @@ class RunContext:
     capture: CaptureSpec | None = None  # --pcap: captures of every run
     attempts: int = DEFAULT_ATTEMPTS
     backend: str = "emulator"  # or "ns3": the runs are simulated (fabric.experiment.simulated)
+    adaptive_routing: ArParams = ArParams()  # the switches' choice in runs routed by ar
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def get(self, option: Option) -> Any:
@@ -70,10 +72,12 @@ class RunContext:
 
     def options(self, **kwargs: Any) -> EmulationOptions:
         """Emulation options of a bring-up, with this run's TCP congestion control, flow
-        control and the preset's lanes and routing (``kwargs`` set their own)."""
+        control, adaptive-routing options and the preset's lanes and routing (``kwargs`` set
+        their own)."""
         preset = ({"lanes": self.preset.lanes, "policy": self.preset.policy}
                   if self.preset else {})
         return EmulationOptions(**{"tcp_cc": self.tcp_cc, "flow_control": self.flow_control,
+                                   "adaptive_routing": self.adaptive_routing,
                                    **preset, **kwargs})
 
     def roce(self, **kwargs: Any) -> TransportSpec:

@@ -24,7 +24,7 @@ from fabric.experiment.checks import fidelity_of
 from fabric.experiment.emulated import idle_check, traffic_run, warm_up
 from fabric.experiment.runs import Scheduled
 from fabric.routing.adaptive import params_for_rate
-from fabric.routing.policies import sprays
+from fabric.routing.policies import multipath, sprays
 from fabric.simulation import simulate
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, TransportSpec
@@ -82,7 +82,8 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
                                   cc=cc, rate_mbps=plan.host_mbps)
         idle = idle_check(emu, transport, workdir / "idle")
         fabric = Fabric(graph, host_mbps=plan.host_mbps, queue_pkts=emu.options.queue_pkts,
-                        static_routes=policy == "static")
+                        static_routes=policy == "static",
+                        adaptive_routing=emu.options.adaptive_routing if policy == "ar" else None)
         # the emulator's controller's tuning at this rate (Emulation._start_controller)
         adaptive = (params_for_rate(plan.host_mbps, packet_bits=transport.packet_bytes * 8)
                     if policy == "adaptive" else None)
@@ -98,10 +99,10 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
                 emulated = traffic_run(emu, transfers, transport, where, seed)
                 valid = fidelity_of(emulated, [idle])["valid"]
                 paths = ({r["id"]: r["path"] for r in emulated.transfer_rows() if r["path"]}
-                         if not sprays(policy) else None)
+                         if not multipath(policy) else None)
                 simulated = simulate(fabric, transfers, transport, seed=seed, paths=paths,
                                      adaptive=adaptive)
-                args = (pattern, ranks, size, plan.host_mbps, plan.link_mbps, sprays(policy))
+                args = (pattern, ranks, size, plan.host_mbps, plan.link_mbps, multipath(policy))
                 emu_value, emu_ideal = _measure(graph, emulated, *args)
                 sim_value, sim_ideal = _measure(graph, simulated, *args)
                 cells.append(Cell(pattern, seed, emu_value, emu_ideal, sim_value, sim_ideal,

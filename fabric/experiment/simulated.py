@@ -31,6 +31,7 @@ from fabric.emulation.shaping import DEFAULT_QUEUE_PKTS
 from fabric.errors import UserError
 from fabric.model import graph as fg
 from fabric.routing.adaptive import DEFAULT_FLOOR_S, AdaptiveParams, params_for_rate
+from fabric.routing.switch_ar import ArParams, check_port_sets
 from fabric.simulation import SimResult, simulate
 from fabric.simulation.run import stop_all
 from fabric.simulation.scenario import Fabric
@@ -46,7 +47,7 @@ SIM_TIME_SCALE = 1e-3  # deadlines and timer floors at physical rates, per emula
 # routing policies the simulator runs: the same select groups, the senders' entropy apart,
 # adaptive's weights from the policy's own code (fabric.simulation.adaptive), and the
 # planned static routes (fabric.routing.static)
-SIMULATED_POLICIES = ("ecmp", "spray", "adaptive", "static")
+SIMULATED_POLICIES = ("ecmp", "spray", "adaptive", "static", "ar")
 # Packets a link carries per second of wall time in the simulator, ACKs included, and a
 # run's fixed cost (scenario, start-up, reading the answer): benchmarks/simulation.py
 # measured ~7e5 on a k=8 fat-tree and ~2.4e5 on a k=16 one (its state outgrows the caches)
@@ -98,7 +99,8 @@ class SimulatedFabric:
 
 def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = None,
                      packet_bytes: int = 0, queue_pkts: int = DEFAULT_QUEUE_PKTS,
-                     policy: str = "ecmp", **unmodelled: Any) -> SimulatedFabric:
+                     policy: str = "ecmp", adaptive_routing: ArParams = ArParams(),
+                     **unmodelled: Any) -> SimulatedFabric:
     """The simulated twin of ``Emulation(graph, EmulationOptions(...))``.
 
     Raises
@@ -114,7 +116,13 @@ def simulated_fabric(graph: Any, time_scale: float, host_mbps: float | None = No
         if value not in (None, False):
             raise NotSimulated(f"the ns-3 backend does not model {name.replace('_', ' ')}")
     fabric = Fabric(graph, host_mbps=host_mbps, queue_pkts=queue_pkts,
-                    static_routes=policy == "static")
+                    static_routes=policy == "static",
+                    adaptive_routing=adaptive_routing if policy == "ar" else None)
+    if policy == "ar":
+        try:
+            check_port_sets(fabric.routes())
+        except ValueError as exc:
+            raise NotSimulated(str(exc)) from None
     scale = fabric.scale / 1e6  # Mbit/s per physical Gbit/s
     links = {frozenset((a, b)): d["gbps"] * scale for a, b, d in graph.edges(data=True)}
     plan = SimRatePlan(fabric.host_bps / 1e6, links, packet_bytes)
@@ -163,7 +171,8 @@ class SimulatorBackend:
     def bring_up(self, ctx: RunContext, graph: Any, **options: Any
                  ) -> Iterator[SimulatedFabric]:
         """The simulated twin of the emulator's bring-up (:func:`simulated_fabric`)."""
-        yield simulated_fabric(graph, ctx.time_scale_of(self.name), **options)
+        yield simulated_fabric(graph, ctx.time_scale_of(self.name),
+                               **{"adaptive_routing": ctx.adaptive_routing, **options})
 
     def run(self, ctx: RunContext, fabric: SimulatedFabric, runs: Iterable[Scheduled],
             transport: TransportSpec, workdir: Path, progress: Progress, row_of: RowFunction,

@@ -1,5 +1,5 @@
 """The few libbpf calls fabric needs, through ctypes: load a compiled BPF object, read
-and write its maps, attach XDP programs, and read a ring buffer.
+and write its maps, attach XDP and tc programs, and read a ring buffer.
 
 libbpf (``libbpf.so.1``, Debian's ``libbpf1``) does the ELF and BTF work; nothing
 here parses an object. Every call needs root (CAP_BPF, CAP_NET_ADMIN).
@@ -17,6 +17,7 @@ from fabric.errors import UserError
 
 XDP_FLAGS_SKB_MODE = 1 << 1  # generic XDP: runs in the stack, before packet sockets
 BPF_F_LOCK = 4               # a map update that takes the value's spin lock
+BPF_TC_EGRESS = 1 << 1       # enum bpf_tc_attach_point
 
 _SAMPLE_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 
@@ -49,6 +50,11 @@ def _lib() -> ctypes.CDLL:
         "bpf_obj_get_info_by_fd": (cint, [cint, pointer, ctypes.POINTER(ctypes.c_uint32)]),
         "bpf_xdp_attach": (cint, [cint, cint, ctypes.c_uint32, pointer]),
         "bpf_xdp_detach": (cint, [cint, ctypes.c_uint32, pointer]),
+        "bpf_map_delete_elem": (cint, [cint, pointer]),
+        "bpf_map__reuse_fd": (cint, [pointer, cint]),
+        "bpf_prog_test_run_opts": (cint, [cint, pointer]),
+        "bpf_tc_hook_create": (cint, [pointer]),
+        "bpf_tc_attach": (cint, [pointer, pointer]),
         "ring_buffer__new": (pointer, [cint, _SAMPLE_CB, pointer, pointer]),
         "ring_buffer__poll": (cint, [pointer, cint]),
         "ring_buffer__free": (None, [pointer]),
@@ -79,13 +85,21 @@ def _check(ret: int, what: str) -> int:
 class BpfObject:
     """A compiled BPF object, loaded into the kernel (its maps created, its programs
     verified). Close it to release what this process holds; attached programs stay
-    attached until detached or their device goes."""
+    attached until detached or their device goes. ``reuse`` names maps that are not
+    created but shared with another object, by that map's fd (the definitions must
+    match)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, reuse: dict[str, int] | None = None) -> None:
         self._obj = lib().bpf_object__open_file(str(path).encode(), None)
         if not self._obj:
             raise BpfError(f"cannot open BPF object {path}: "
                            f"{os.strerror(ctypes.get_errno())}")
+        for name, fd in (reuse or {}).items():
+            ret = lib().bpf_map__reuse_fd(self._map(name), fd)
+            if ret:
+                self.close()
+                raise BpfError(f"map {name} of {path} cannot share map fd {fd}: "
+                               f"{os.strerror(-ret)}")
         ret = lib().bpf_object__load(self._obj)
         if ret:
             lib().bpf_object__close(self._obj)
@@ -157,6 +171,59 @@ def xdp_attach(ifindex: int, prog_fd: int, flags: int = XDP_FLAGS_SKB_MODE) -> N
 def xdp_detach(ifindex: int, flags: int = XDP_FLAGS_SKB_MODE) -> None:
     """Detach the XDP program of interface ``ifindex``; a gone interface is not an error."""
     lib().bpf_xdp_detach(ifindex, flags, None)
+
+
+class _TcHook(ctypes.Structure):  # struct bpf_tc_hook (libbpf.h)
+    _fields_ = [("sz", ctypes.c_size_t), ("ifindex", ctypes.c_int),
+                ("attach_point", ctypes.c_int), ("parent", ctypes.c_uint32)]
+
+
+class _TcOpts(ctypes.Structure):  # struct bpf_tc_opts (libbpf.h)
+    _fields_ = [("sz", ctypes.c_size_t), ("prog_fd", ctypes.c_int), ("flags", ctypes.c_uint32),
+                ("prog_id", ctypes.c_uint32), ("handle", ctypes.c_uint32),
+                ("priority", ctypes.c_uint32)]
+
+
+def tc_egress_attach(ifindex: int, prog_fd: int) -> None:
+    """Attach a direct-action tc program to the egress hook of interface ``ifindex``
+    (its ``clsact`` qdisc is added if missing; it goes with the interface)."""
+    hook = _TcHook(ctypes.sizeof(_TcHook), ifindex, BPF_TC_EGRESS, 0)
+    ret = lib().bpf_tc_hook_create(ctypes.byref(hook))
+    if ret < 0 and ret != -17:  # EEXIST: the interface has its clsact already
+        _check(ret, f"clsact on interface {ifindex}")
+    opts = _TcOpts(ctypes.sizeof(_TcOpts), prog_fd, 0, 0, 0, 0)
+    _check(lib().bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts)),
+           f"tc egress attach to {ifindex}")
+
+
+class _TestRunOpts(ctypes.Structure):  # struct bpf_test_run_opts (bpf.h)
+    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p),
+                ("data_out", ctypes.c_void_p), ("data_size_in", ctypes.c_uint32),
+                ("data_size_out", ctypes.c_uint32), ("ctx_in", ctypes.c_void_p),
+                ("ctx_out", ctypes.c_void_p), ("ctx_size_in", ctypes.c_uint32),
+                ("ctx_size_out", ctypes.c_uint32), ("retval", ctypes.c_uint32),
+                ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32),
+                ("batch_size", ctypes.c_uint32)]
+
+
+def test_run(prog_fd: int, packet: bytes, ctx: bytes = b"") -> int:
+    """Run a loaded program once on ``packet`` (BPF_PROG_TEST_RUN; ``ctx`` is its
+    ``struct __sk_buff`` for a tc program) and return what it returned."""
+    data = ctypes.create_string_buffer(packet, len(packet))
+    context = ctypes.create_string_buffer(ctx, len(ctx)) if ctx else None
+    opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts), data_in=ctypes.addressof(data),
+                        data_size_in=len(packet),
+                        ctx_in=ctypes.addressof(context) if context else None,
+                        ctx_size_in=len(ctx), repeat=1)
+    _check(lib().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts)), "BPF test run")
+    return opts.retval
+
+
+def map_delete(fd: int, key: bytes) -> None:
+    """Delete ``key`` from the map; a missing key is not an error."""
+    k = ctypes.create_string_buffer(key, len(key))
+    lib().bpf_map_delete_elem(fd, k)
 
 
 class RingBuffer:

@@ -59,9 +59,11 @@ PRESETS = {p.name: p for p in (
             "the subnet manager's static routes (D-mod-k, as OpenSM's fat-tree engine); no "
             "congestion control"),
            ("Meta, Introducing the AI Research SuperCluster, 2022",)),
-    Preset("colossus", "xAI Colossus (Spectrum-X RoCE)", "rail-clos", "spray", RDMA_LOSSLESS,
+    Preset("colossus", "xAI Colossus (Spectrum-X RoCE)", "rail-clos", "ar", RDMA_LOSSLESS,
            True, "dcqcn",
-           ("the rail-optimised Clos, packets sprayed over every path",
+           ("the rail-optimised Clos; the switches route adaptively, each packet to the "
+            "least occupied of its equal-cost ports, a paused one last (Spectrum-X adaptive "
+            "routing), and the NIC puts the packets back in order",
             "one lossless RDMA class (PFC), the rest lossy",
             "DCQCN, the standard RoCE congestion control, stands in for Spectrum-X's own "
             "(not public)"),

@@ -12,6 +12,10 @@
 * ``static``: InfiniBand's planned routes, one output port per destination
   as the subnet manager's fat-tree engine assigns them (D-mod-k,
   :mod:`fabric.routing.static`): no group, no hash; senders keep one path.
+* ``ar``: switch-local adaptive routing, as InfiniBand AR and Spectrum-X switches
+  route: ECMP's groups, and the switch moves each packet from the hashed port to
+  the least occupied of the route's ports (:mod:`fabric.routing.switch_ar`; the
+  choice is the datapath's). Senders keep one entropy per flow.
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ from fabric.routing.probes import PROBE_FLOW
 from fabric.routing.static import static_route_tables
 from fabric.routing.tables import Weights, build_intents, route_tables
 
-POLICIES = ("ecmp", "spray", "adaptive", "static")
-SPRAYING = {"ecmp": False, "spray": True, "adaptive": True, "static": False}
+POLICIES = ("ecmp", "spray", "adaptive", "static", "ar")
+SPRAYING = {"ecmp": False, "spray": True, "adaptive": True, "static": False, "ar": False}
 
 
 def sprays(policy: str) -> bool:
     """True when ``policy``'s senders vary their entropy per packet (spray, adaptive);
-    False when a flow keeps one path (ecmp, static).
+    False when a flow keeps one entropy (ecmp, static; ar, whose switches move it).
 
     Raises
     ------
@@ -43,6 +47,19 @@ def sprays(policy: str) -> bool:
     if policy not in SPRAYING:
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     return SPRAYING[policy]
+
+
+def multipath(policy: str) -> bool:
+    """True when a flow's packets may take every equal-cost path (spray, adaptive: the
+    sender's entropy moves them; ar: the switches do); False when a flow keeps one path
+    (ecmp, static), so that its ideal is its own path's.
+
+    Raises
+    ------
+    ValueError
+        For an unknown policy.
+    """
+    return sprays(policy) or policy == "ar"
 
 
 def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = (),

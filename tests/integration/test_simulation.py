@@ -1,6 +1,6 @@
 """The ns-3 backend cross-checked against the emulator, run for run: the collisions
-experiment's stride and random permutation under ECMP, spraying, adaptive routing and the
-planned static routes, on the default rail-optimised Clos and the k=4 fat-tree (benchmarks/simulation.py crosscheck
+experiment's stride and random permutation under ECMP, spraying, adaptive routing, the
+planned static routes and the switches' own adaptive routing (ar), on the default rail-optimised Clos and the k=4 fat-tree (benchmarks/simulation.py crosscheck
 prints the same table)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import topologies
 from fabric.experiment.crosscheck import crosscheck
-from fabric.routing.policies import sprays
+from fabric.routing.policies import multipath
 from fabric.simulation import build
 
 TOLERANCE = 0.05  # percentage points of line rate between the backends, per run
@@ -21,8 +21,10 @@ TOLERANCE = 0.05  # percentage points of line rate between the backends, per run
 # backends, docs/guide/simulation.md). Spraying: 7, since the simulator's sprayed fat-tree
 # permutations are 5-6 points below it (store-and-forward paths hold swift's windows
 # back); the emulator's are 2-4 below.
-BELOW_IDEAL = {"ecmp": 0.05, "spray": 0.07, "adaptive": 0.07, "static": 0.05}
-ABOVE_IDEAL = 0.02  # nothing beats a perfectly even spray (ECMP is not bounded above)
+# ar: 9, since a switch sees only its own ports' queues, not the next tier's: the k=4
+# fat-tree permutations measured 7.2-7.5 points below on the emulator, 4.7-6.3 simulated.
+BELOW_IDEAL = {"ecmp": 0.05, "spray": 0.07, "adaptive": 0.07, "static": 0.05, "ar": 0.09}
+ABOVE_IDEAL = 0.02  # nothing beats a perfectly even split (ECMP is not bounded above)
 
 pytestmark = pytest.mark.skipif(not build.NS3_HEADER.exists(),
                                 reason="ns-3 not installed (scripts/setup.sh --ns3)")
@@ -34,7 +36,8 @@ pytestmark = pytest.mark.skipif(not build.NS3_HEADER.exists(),
 # emulated runs' own spread from one run to the next.
 @pytest.mark.parametrize("spec, policy", [
     ("rail-clos", "ecmp"), ("rail-clos", "spray"), ("rail-clos", "adaptive"),
-    ("fat-tree", "ecmp"), ("fat-tree", "spray"), ("fat-tree", "static")])
+    ("rail-clos", "ar"), ("fat-tree", "ecmp"), ("fat-tree", "spray"), ("fat-tree", "static"),
+    ("fat-tree", "ar")])
 def test_the_simulator_agrees_with_the_emulator_run_for_run(spec: str, policy: str,
                                                             tmp_path: Path) -> None:
     cells = crosscheck(topologies.build(spec), policy, ("stride", "permutation"), (0, 1),
@@ -43,7 +46,7 @@ def test_the_simulator_agrees_with_the_emulator_run_for_run(spec: str, policy: s
                       f"(ideal {c.emulated_ideal:.3f}), simulated {c.simulated:.3f} "
                       f"(ideal {c.simulated_ideal:.3f}), valid {c.valid}" for c in cells)
     assert len(cells) == 4 and all(c.valid for c in cells), table
-    # the same paths (ECMP, static: the emulated run's, pinned; spray: every path, split
+    # the same paths (ECMP, static: the emulated run's, pinned; spray, ar: every path, split
     # evenly)
     # give the same ideal
     assert all(c.simulated_ideal == pytest.approx(c.emulated_ideal, abs=1e-3)
@@ -52,4 +55,4 @@ def test_the_simulator_agrees_with_the_emulator_run_for_run(spec: str, policy: s
     for measured, ideal in [(c.emulated, c.emulated_ideal) for c in cells] + \
             [(c.simulated, c.simulated_ideal) for c in cells]:
         assert measured >= ideal - BELOW_IDEAL[policy], table
-        assert not sprays(policy) or measured <= ideal + ABOVE_IDEAL, table
+        assert not multipath(policy) or measured <= ideal + ABOVE_IDEAL, table
