@@ -45,6 +45,7 @@ from typing import Any
 import topologies
 from fabric.analysis.report import ideal_spans, uplink_shares
 from fabric.argtypes import integer, positive_number
+from fabric.cli.common import adaptive_routing_of, add_adaptive_routing_args
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.emulation.traffic import build_plan, run_plan
@@ -230,6 +231,7 @@ def main() -> None:
                              f"as collisions)")
     parser.add_argument("--host-mbps", type=positive_number(),
                         help="host link rate (default: what collisions would pick)")
+    add_adaptive_routing_args(parser, "--policy ar")
     args = parser.parse_args()
     if max(args.chunks) > 1 and args.pattern in ONE_FLOW_PATTERNS:
         parser.error(f"argument --chunks: {args.pattern} has no steps to split")
@@ -241,7 +243,8 @@ def main() -> None:
         graph, packet_bytes=transport.packet_bytes, headroom=capacity.ROCE_RATE_HEADROOM)
     workdir = Path(tempfile.mkdtemp(prefix="fabric-busbw-"))
     with Emulation(graph, EmulationOptions(policy=args.policy, host_mbps=rate,
-                                           packet_bytes=transport.packet_bytes)) as emu:
+                                           packet_bytes=transport.packet_bytes,
+                                           adaptive_routing=adaptive_routing_of(args))) as emu:
         plan = emu.report.rate_plan
         steps = f", {args.slots} slot(s) per connection" if args.pattern in COLLECTIVES else ""
         print(f"{args.spec}, {args.pattern}{steps}, {args.policy}, "

@@ -42,6 +42,7 @@ from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
 from fabric.routing.policies import POLICIES as ROUTING_POLICIES, multipath, sprays
 from fabric.routing.static import static_route_tables
+from fabric.simulation.scenario import NOT_MODELLED_CC
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
 from fabric.traffic import sizing
@@ -146,12 +147,14 @@ def policies_in(rows: list[dict[str, Any]]) -> list[str]:
 def plan_grid(ctx: RunContext, specs: list[str]) -> dict[str, list[tuple[str, str]]]:
     """Topology -> the (pattern, cc) pairs it runs: every pattern with the run's cc, and
     in a full run the ablation (the other ccs on the one-flow patterns of the first
-    topology), so the figures can say how much of each number is the transport."""
+    topology; on the simulator those it models), so the figures can say how much of each
+    number is the transport."""
     patterns = ("stride",) if ctx.quick else PATTERNS
     cc = ctx.roce().cc
     grid = {spec: [(p, cc) for p in patterns] for spec in specs}
-    if not ctx.quick:
+    if not ctx.quick:  # the simulator models no ECN marking: no dcqcn there
         grid[specs[0]] += [(p, other) for other in ABLATION_CCS if other != cc
+                           and not (ctx.backend == "ns3" and other in NOT_MODELLED_CC)
                            for p in ABLATION_PATTERNS]
     return grid
 
