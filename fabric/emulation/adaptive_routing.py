@@ -158,6 +158,14 @@ class AdaptiveRouting:
                 out[dev] = PORT.unpack(raw)[5:8]
         return out
 
+    def program_stats(self) -> tuple[int, int]:
+        """``(runs, ns)``: how often the program ran and its total run time, as the
+        kernel counts them while ``kernel.bpf_stats_enabled`` is 1 (0, 0 before)."""
+        fd = self._obj.program_fd("route")
+        info = dict(line.split(":", 1) for line in
+                    Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines() if ":" in line)
+        return int(info.get("run_cnt", 0)), int(info.get("run_time_ns", 0))
+
     def close(self) -> None:
         """Release the object (the attached programs stay until their interfaces go)."""
         self._obj.close()
