@@ -76,13 +76,17 @@ def path_from_switches(graph: nx.Graph, src: str, dst: str, crossed: set[str]) -
     ------
     ValueError
         When the crossed switches do not connect ``src`` to ``dst`` (e.g. no
-        packet was counted).
+        packet was counted), or when they are more than one path's: the flow's
+        packets were split over several (the switches routed them adaptively).
     """
     sub = graph.subgraph(set(crossed) | {src, dst})
     try:
-        return nx.shortest_path(sub, src, dst)
+        path = nx.shortest_path(sub, src, dst)
     except (nx.NetworkXNoPath, nx.NodeNotFound):
         raise ValueError(f"switches {sorted(crossed)} do not join {src} and {dst}") from None
+    if set(crossed) - set(path):
+        raise ValueError(f"{src} to {dst} crossed {sorted(crossed)}: more than one path")
+    return path
 
 
 class FlowMonitor:

@@ -527,7 +527,7 @@ def _measured_paths(graph: Any, monitor: FlowMonitor, plan: Plan, first_key: dic
         try:
             paths[t.id] = path_from_switches(graph, t.src, t.dst, crossed[first_key[t.id]])
         except ValueError:
-            pass  # a flow with no counted packet has no path
+            pass  # a flow with no counted packet, or split over several paths, has no path
     return paths
 
 

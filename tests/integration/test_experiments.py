@@ -121,7 +121,7 @@ def test_the_flowlet_example_is_one_more_policy_in_collisions_with_captures(
                           cwd=ROOT, capture_output=True, text=True, timeout=420)
     summary = json.loads((out / "summary.json").read_text())
     policies = [r["policy"] for r in summary["table"]]
-    assert policies == ["ecmp", "spray", "adaptive", "FlowletSwitching"]
+    assert policies == ["ecmp", "spray", "adaptive", "ar", "FlowletSwitching"]
     assert_verdict("collisions --controller-app", summary, proc)
     mine = next(r for r in summary["table"] if r["policy"] == "FlowletSwitching")
     assert mine["norm_throughput"] and mine["collisions"] is not None  # flows were traced
@@ -130,7 +130,7 @@ def test_the_flowlet_example_is_one_more_policy_in_collisions_with_captures(
                                                              "FlowletSwitching")
     assert manifest["parameters"]["pcap"]["at"] == ["h0g0"]
     logs = {p.parent.name: p for p in out.glob("work/*/controller.log")}
-    assert len(logs) == 4, logs  # every bring-up keeps its controller's log
+    assert len(logs) == 5, logs  # every bring-up keeps its controller's log
     assert "FlowletSwitching" in next(v for k, v in logs.items() if "Flowlet" in k).read_text()
     runs = len(list(csv_rows(out / "runs.csv")))
     files = sorted(pcap.rglob("*.pcap"))

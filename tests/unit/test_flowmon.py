@@ -30,3 +30,5 @@ def test_counts_and_paths_are_read_back():
         "l0h0", "l0", "s1", "l1", "l1h0"]
     with pytest.raises(ValueError):
         path_from_switches(graph, "l0h0", "l1h0", {"l0"})
+    with pytest.raises(ValueError, match="more than one path"):  # split by the switches
+        path_from_switches(graph, "l0h0", "l1h0", {"l0", "s0", "s1", "l1"})
