@@ -42,9 +42,10 @@ HTSIM = {"fat-tree,k=4": ("0.52", "0.93-0.98"), "fat-tree,k=8": ("0.45", "0.91-0
          "fat-tree,k=16": ("0.37-0.38", "0.91-0.96")}
 DEFAULT_SCALE = "fat-tree,k=4;fat-tree,k=8;fat-tree,k=16"
 HTSIM_PACKETS = 12_000  # htsim's flows: 4 ms of 4 KiB packets at 100 Gbit/s
+CROSSCHECK_POLICIES = ("ecmp", "spray", "adaptive", "static", "ar")
 
 
-def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
+def crosscheck_table(specs: list[str], policies: list[str], seeds: int, workdir: Path) -> None:
     """Print the emulator and the simulator side by side, run for run."""
     from fabric.experiment.crosscheck import crosscheck
 
@@ -52,7 +53,7 @@ def crosscheck_table(specs: list[str], seeds: int, workdir: Path) -> None:
           f"simulated (ideal)  sim-emu  valid")
     for spec in specs:
         graph = topologies.build(spec)
-        for policy in ("ecmp", "spray", "adaptive", "static"):
+        for policy in policies:
             cells = crosscheck(graph, policy, ("stride", "permutation"), range(seeds),
                                workdir / f"{spec}-{policy}")
             for c in cells:
@@ -106,6 +107,8 @@ def main() -> None:
     cross.add_argument("--topo", default="rail-clos;fat-tree",
                        help="topology specs separated by ';' (default: rail-clos;fat-tree)")
     cross.add_argument("--seeds", type=integer(1, 10), default=2)
+    cross.add_argument("--policies", default=",".join(CROSSCHECK_POLICIES),
+                       help=f"comma-separated (default: {','.join(CROSSCHECK_POLICIES)})")
     scale = sub.add_parser("scale", help="the simulator's cost and figures by fabric size")
     scale.add_argument("--topo", default=DEFAULT_SCALE,
                        help=f"topology specs separated by ';' (default: {DEFAULT_SCALE})")
@@ -115,8 +118,13 @@ def main() -> None:
     args = parser.parse_args()
     specs = args.topo.split(";")
     if args.what == "crosscheck":
+        policies = args.policies.split(",")
+        unknown = [p for p in policies if p not in CROSSCHECK_POLICIES]
+        if unknown:
+            parser.error(f"argument --policies: unknown {', '.join(unknown)} (known: "
+                         f"{', '.join(CROSSCHECK_POLICIES)})")
         with tempfile.TemporaryDirectory(prefix="fabric-crosscheck-") as tmp:
-            crosscheck_table(specs, args.seeds, Path(tmp))
+            crosscheck_table(specs, policies, args.seeds, Path(tmp))
     else:
         simulator_binary()  # built once, before the policies start side by side
         scale_table(specs, args.flow_packets, args.seed)

@@ -99,11 +99,13 @@ class AdaptiveRouting:
         self._obj = libbpf.BpfObject(obj, dict(pfc_maps or {}))
         self._flow_control = bool(pfc_maps)
         self._maps = {name: self._obj.map_fd(name) for name in ("ports", "routes", "settings")}
-        self._ifindex: dict[str, int] = {}
+        self._ports = fabric_ports(graph)
+        self._ifindex = {dev: socket.if_nametoindex(dev) for dev in self._ports}
+        self._buffer_bytes = queue_pkts * frame_bytes
         self._routes: set[bytes] = set()
         self._down: set[frozenset] = set()
         try:
-            self._fill(link_mbps, queue_pkts, frame_bytes, params)
+            self._fill(link_mbps, frame_bytes, params)
             prog = self._obj.program_fd("route")
             for ifindex in self._ifindex.values():
                 libbpf.tc_egress_attach(ifindex, prog)
@@ -111,7 +113,7 @@ class AdaptiveRouting:
             self.close()
             raise
 
-    def _fill(self, link_mbps: Mapping[frozenset, float], queue_pkts: int, frame_bytes: int,
+    def _fill(self, link_mbps: Mapping[frozenset, float], frame_bytes: int,
               params: ArParams) -> None:
         host_mbps = max(link_mbps[frozenset((a.endpoint, a.switch))]
                         for a in fg.attachments(self.graph))
@@ -119,15 +121,32 @@ class AdaptiveRouting:
         gap_ns = round((params.flowlet_gap_pkts or 0) * packet_ns)
         libbpf.map_update(self._maps["settings"], struct.pack("=I", 0),
                           SETTINGS.pack(params.keep, frame_bytes, gap_ns, self._flow_control))
-        for dev, (sw_index, nbr, link) in fabric_ports(self.graph).items():
-            switch = fg.switches(self.graph)[sw_index]
-            mbps = link_mbps[frozenset((switch, nbr))]
-            ns_per_kbyte = round(8e6 / mbps)
-            self._ifindex[dev] = ifindex = socket.if_nametoindex(dev)
-            libbpf.map_update(self._maps["ports"], struct.pack("=I", ifindex), PORT.pack(
-                sw_index, link, ns_per_kbyte, round(queue_pkts * frame_bytes * ns_per_kbyte / 1000),
-                0, 0, 0, 0, 0))
+        switches = fg.switches(self.graph)
+        for dev, (sw_index, nbr, link) in self._ports.items():
+            rate = self._rate_fields(link_mbps[frozenset((switches[sw_index], nbr))])
+            libbpf.map_update(self._maps["ports"], struct.pack("=I", self._ifindex[dev]),
+                              PORT.pack(sw_index, link, *rate, 0, 0, 0, 0, 0))
         self._write_routes()
+
+    def _rate_fields(self, mbps: float) -> tuple[int, int]:
+        """A port's ``ns_per_kbyte`` and ``cap_ns`` at ``mbps``."""
+        ns_per_kbyte = round(8e6 / mbps)
+        return ns_per_kbyte, round(self._buffer_bytes * ns_per_kbyte / 1000)
+
+    def set_rate(self, a: str, b: str, mbps: float) -> None:
+        """Link ``a``-``b`` now runs at ``mbps``: its ports' queues drain at that rate."""
+        for node, other in ((a, b), (b, a)):
+            dev = fg.intf_name(node, fg.port(self.graph, node, other))
+            if dev not in self._ports:
+                continue  # not a switch-to-switch port: never chosen among
+            key = struct.pack("=I", self._ifindex[dev])
+            raw = libbpf.map_lookup(self._maps["ports"], key, PORT.size)
+            if raw is None:
+                continue
+            fields = list(PORT.unpack(raw))
+            fields[2:4] = self._rate_fields(mbps)
+            # read-modify-write: a packet accounted meanwhile is the worst error
+            libbpf.map_update(self._maps["ports"], key, PORT.pack(*fields))
 
     def _write_routes(self) -> None:
         entries = {}

@@ -236,6 +236,8 @@ class Emulation:
                 system.run(["tc", "-batch", "-"],
                            input_text="".join(line + "\n" for line in lines))
         self.report.rate_plan.link_mbps[frozenset((a, b))] = mbps
+        if self.adaptive_routing is not None:  # the switches' copies of its queues too
+            self.adaptive_routing.set_rate(a, b, mbps)
 
     def set_link_state(self, links: Iterable[tuple[str, str]], up: bool) -> None:
         """Cut links or restore them, as pulled cables would: each link's switch

@@ -61,6 +61,27 @@ def test_the_switches_move_packets_to_the_less_occupied_uplink(tmp_path: Path) -
         assert emu.adaptive_routing.counters()[cut][2] == before[2]  # nothing moved onto it
 
 
+def test_a_slowed_uplink_gets_less_of_the_traffic(tmp_path: Path) -> None:
+    """An uplink slowed to a quarter drains its queue four times slower, and the switches
+    know it (their copy of its queue drains at the new rate): it carries well under an even
+    share of what leaves the leaf."""
+    graph = topologies.build("rail-clos")
+    transfers = [Transfer(f"f{i}", "h0g0", dst, FLOW_BYTES)
+                 for i, dst in enumerate(["h4g0", "h5g0", "h6g0", "h7g0"])]
+    transport = TransportSpec("roce")
+    with Emulation(graph, EmulationOptions(policy="ar", packet_bytes=transport.packet_bytes)
+                   ) as emu:
+        leaf = next(iter(graph.neighbors("h0g0")))
+        spine = sorted(n for n in graph.neighbors(leaf) if fg.is_switch(graph, n))[0]
+        emu.set_link_rate(leaf, spine, emu.report.rate_plan.host_mbps / 4)
+        result = run_plan(emu, build_plan(emu, transfers, transport), tmp_path)
+        assert result.complete, result.errors
+        counters = emu.adaptive_routing.counters()
+    sent = {dev: counters[dev][0] + counters[dev][2] for dev in _uplinks(graph, leaf)}
+    slow = sent[fg.intf_name(leaf, fg.port(graph, leaf, spine))]
+    assert slow < 0.15 * sum(sent.values()), sent  # an even share would be 0.25
+
+
 def test_a_route_wider_than_the_datapath_chooses_among_is_refused() -> None:
     graph = topologies.build("leaf-spine,leaves=2,spines=17,hosts_per_leaf=1")
     with pytest.raises(EmulationError, match="at most 16"):
@@ -123,5 +144,39 @@ def test_the_datapath_decides_as_the_python_decision_on_the_shared_vector() -> N
             chosen = struct.unpack("=QII", libbpf.map_lookup(maps["flowlets"], key, 16))[1]
             assert ifindexes.index(chosen) == expected, (hashed, queued, paused, turn, keep)
             assert returned == (TC_ACT_OK if expected == hashed else TC_ACT_REDIRECT)
+    finally:
+        obj.close()
+
+
+def test_a_flowlet_keeps_its_port_until_its_gap_passes() -> None:
+    """Within the flowlet gap a flow's next packet takes its last port even when the other
+    is now less occupied; once the gap has passed it is decided afresh."""
+    obj = libbpf.BpfObject(adaptive_routing.build_object())
+    try:
+        maps = {n: obj.map_fd(n) for n in ("ports", "routes", "settings", "flowlets")}
+        prog = obj.program_fd("route")
+        here = socket.if_nametoindex("lo")
+        ctx = bytearray(192)
+        struct.pack_into("=I", ctx, 40, here)
+        dst = socket.inet_aton("10.9.9.9")
+        packet_ns, frame = 100_000_000, 1000
+        libbpf.map_update(maps["routes"], adaptive_routing.ROUTE_KEY.pack(
+            0, struct.unpack("=I", dst)[0]), adaptive_routing.ROUTE.pack(2, here, 1001,
+                                                                       *[0] * 14))
+
+        def decide(queued: list[int], gap_ns: int) -> int:
+            libbpf.map_update(maps["settings"], struct.pack("=I", 0),
+                              adaptive_routing.SETTINGS.pack(-1, frame, gap_ns, 0))
+            now = time.monotonic_ns()
+            for ifindex, q in zip((here, 1001), queued):
+                libbpf.map_update(maps["ports"], struct.pack("=I", ifindex),
+                                  adaptive_routing.PORT.pack(
+                                      0, 0, packet_ns * 1000 // frame, 10**15,
+                                      now + q * packet_ns + packet_ns // 2, 0, 0, 0, 0))
+            return libbpf.test_run(prog, _packet(4242, dst), bytes(ctx))
+
+        assert decide([5, 0], 10**12) == TC_ACT_REDIRECT  # the other port is emptier
+        assert decide([0, 5], 10**12) == TC_ACT_REDIRECT  # its flowlet goes on: kept there
+        assert decide([0, 5], 1) == TC_ACT_OK  # the gap passed: decided afresh
     finally:
         obj.close()
