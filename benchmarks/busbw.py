@@ -45,13 +45,13 @@ from typing import Any
 import topologies
 from fabric.analysis.report import ideal_spans, uplink_shares
 from fabric.argtypes import integer, positive_number
-from fabric.cli.common import adaptive_routing_of, add_adaptive_routing_args
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.emulation.traffic import build_plan, run_plan
 from fabric.errors import UserError
 from fabric.model import graph as fg
 from fabric.routing.policies import POLICIES, multipath, sprays
+from fabric.routing.switch_ar import MAX_FLOWLET_GAP_PKTS, MAX_THRESHOLD_PKTS, ArParams
 from fabric.traffic import collectives, ideal, sizing
 from fabric.traffic.model import CONGESTION_CONTROLS, SPRAY_ENTROPY_PORTS, TransportSpec
 from fabric.traffic.placement import rank_hosts
@@ -231,7 +231,12 @@ def main() -> None:
                              f"as collisions)")
     parser.add_argument("--host-mbps", type=positive_number(),
                         help="host link rate (default: what collisions would pick)")
-    add_adaptive_routing_args(parser, "--policy ar")
+    parser.add_argument("--ar-threshold", type=integer(0, MAX_THRESHOLD_PKTS), default=None,
+                        help="--policy ar: keep the hashed port while it holds at most this "
+                             "many packets (default: none)")
+    parser.add_argument("--ar-flowlet-gap", type=positive_number(MAX_FLOWLET_GAP_PKTS),
+                        default=None, help="--policy ar: flowlet gap in packet times "
+                                           "(default: decide every packet)")
     args = parser.parse_args()
     if max(args.chunks) > 1 and args.pattern in ONE_FLOW_PATTERNS:
         parser.error(f"argument --chunks: {args.pattern} has no steps to split")
@@ -244,7 +249,9 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="fabric-busbw-"))
     with Emulation(graph, EmulationOptions(policy=args.policy, host_mbps=rate,
                                            packet_bytes=transport.packet_bytes,
-                                           adaptive_routing=adaptive_routing_of(args))) as emu:
+                                           adaptive_routing=ArParams(args.ar_threshold,
+                                                                     args.ar_flowlet_gap))
+                   ) as emu:
         plan = emu.report.rate_plan
         steps = f", {args.slots} slot(s) per connection" if args.pattern in COLLECTIVES else ""
         print(f"{args.spec}, {args.pattern}{steps}, {args.policy}, "

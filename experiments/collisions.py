@@ -42,7 +42,6 @@ from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
 from fabric.routing.policies import POLICIES as ROUTING_POLICIES, multipath, sprays
 from fabric.routing.static import static_route_tables
-from fabric.simulation.scenario import NOT_MODELLED_CC
 from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
 from fabric.traffic import sizing
@@ -154,7 +153,7 @@ def plan_grid(ctx: RunContext, specs: list[str]) -> dict[str, list[tuple[str, st
     grid = {spec: [(p, cc) for p in patterns] for spec in specs}
     if not ctx.quick:  # the simulator models no ECN marking: no dcqcn there
         grid[specs[0]] += [(p, other) for other in ABLATION_CCS if other != cc
-                           and not (ctx.backend == "ns3" and other in NOT_MODELLED_CC)
+                           and not (ctx.backend == "ns3" and other in simulated.UNMODELLED_CC)
                            for p in ABLATION_PATTERNS]
     return grid
 
@@ -240,7 +239,9 @@ def _bring_up(ctx: RunContext, runner: Runner, spec: str, graph: Any, policy: st
     with runner.bring_up(graph, host_mbps=host_mbps, packet_bytes=ctx.roce().packet_bytes,
                          **routing) as emu:
         rate = emu.report.rate_plan.host_mbps
-        row_of = _row_function(runner, emu, spray=entropy != "flow" or multipath(policy))
+        # a flow takes every path: its senders spray, or its switches move it (ar)
+        spread = multipath(policy) if policy in ROUTING_POLICIES else entropy != "flow"
+        row_of = _row_function(runner, emu, spray=spread)
         for cc in sorted({cc for _, cc in grid}):
             transport = ctx.roce(entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS, cc=cc)
             patterns = [p for p, c in grid if c == cc]

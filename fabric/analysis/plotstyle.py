@@ -19,8 +19,8 @@ OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "
              "#000000"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 POLICY_COLOURS = {"ecmp": OKABE_ITO[3], "spray": OKABE_ITO[0], "adaptive": OKABE_ITO[2],
-                  "static": OKABE_ITO[4]}
-POLICY_MARKERS = {"ecmp": "o", "spray": "s", "adaptive": "^", "static": "D"}
+                  "static": OKABE_ITO[4], "ar": OKABE_ITO[5]}
+POLICY_MARKERS = {"ecmp": "o", "spray": "s", "adaptive": "^", "static": "D", "ar": "v"}
 RC: dict[str, Any] = {
     "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 8,
     "xtick.labelsize": 8, "ytick.labelsize": 8, "figure.dpi": 150, "savefig.dpi": 300,

@@ -34,7 +34,7 @@ from fabric.routing.adaptive import DEFAULT_FLOOR_S, AdaptiveParams, params_for_
 from fabric.routing.switch_ar import ArParams, check_port_sets
 from fabric.simulation import SimResult, simulate
 from fabric.simulation.run import stop_all
-from fabric.simulation.scenario import Fabric
+from fabric.simulation.scenario import NOT_MODELLED_CC, Fabric
 from fabric.experiment.checks import fidelity_of
 from fabric.experiment.runs import Progress, RowFunction, RunLog, Scheduled
 from fabric.traffic.model import TransportSpec
@@ -48,6 +48,7 @@ SIM_TIME_SCALE = 1e-3  # deadlines and timer floors at physical rates, per emula
 # adaptive's weights from the policy's own code (fabric.simulation.adaptive), and the
 # planned static routes (fabric.routing.static)
 SIMULATED_POLICIES = ("ecmp", "spray", "adaptive", "static", "ar")
+UNMODELLED_CC = frozenset(NOT_MODELLED_CC)  # congestion controls the simulator refuses
 # Packets a link carries per second of wall time in the simulator, ACKs included, and a
 # run's fixed cost (scenario, start-up, reading the answer): benchmarks/simulation.py
 # measured ~7e5 on a k=8 fat-tree and ~2.4e5 on a k=16 one (its state outgrows the caches)

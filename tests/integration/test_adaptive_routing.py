@@ -63,8 +63,10 @@ def test_the_switches_move_packets_to_the_less_occupied_uplink(tmp_path: Path) -
 
 def test_a_slowed_uplink_gets_less_of_the_traffic(tmp_path: Path) -> None:
     """An uplink slowed to a quarter drains its queue four times slower, and the switches
-    know it (their copy of its queue drains at the new rate): it carries well under an even
-    share of what leaves the leaf."""
+    know it (their copy of its queue drains at the new rate): with one packet in service it
+    still reads empty (queues count whole packets), with two it loses to the idle ports, so
+    it carries about a fifth of what leaves the leaf. A copy draining at the old rate would
+    read empty at every decision and take its turn, an even quarter."""
     graph = topologies.build("rail-clos")
     transfers = [Transfer(f"f{i}", "h0g0", dst, FLOW_BYTES)
                  for i, dst in enumerate(["h4g0", "h5g0", "h6g0", "h7g0"])]
@@ -79,7 +81,7 @@ def test_a_slowed_uplink_gets_less_of_the_traffic(tmp_path: Path) -> None:
         counters = emu.adaptive_routing.counters()
     sent = {dev: counters[dev][0] + counters[dev][2] for dev in _uplinks(graph, leaf)}
     slow = sent[fg.intf_name(leaf, fg.port(graph, leaf, spine))]
-    assert slow < 0.15 * sum(sent.values()), sent  # an even share would be 0.25
+    assert slow < 0.22 * sum(sent.values()), sent  # measured 0.19
 
 
 def test_a_route_wider_than_the_datapath_chooses_among_is_refused() -> None:
