@@ -24,7 +24,7 @@ from typing import Any
 
 import topologies
 from fabric.emulation import Emulation, EmulationOptions, shaping
-from fabric.emulation.traffic import TrafficResult
+from fabric.traffic.result import TrafficResult
 from fabric.errors import UserError
 from fabric.experiment.emulated import traffic_run
 from fabric.model import graph as fg
@@ -71,7 +71,7 @@ def workloads(graph: Any) -> dict[str, tuple[list, TransportSpec]]:
 def measure(emu: Emulation, transfers: list, transport: TransportSpec, workdir: Path,
             skip: int) -> tuple[dict[str, Any], int]:
     """One run: machine CPU, daemon cores, drops, pauses and reaction times."""
-    pid = emu.flow_control_pid()
+    pid = emu.flow_control.pid
     cpu_before = daemon_cpu_s(pid)
     result: TrafficResult = traffic_run(emu, transfers, transport, workdir, seed=0)
     checks = {c.name: c.value for c in result.fidelity}

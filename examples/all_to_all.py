@@ -6,16 +6,14 @@ import topologies
 from fabric.experiment import Experiment, Measured, Mode, Scheduled
 from fabric.traffic import collectives, sizing
 from fabric.traffic.placement import rank_hosts
+from fabric.traffic.result import records, span_s
 
 POLICIES = {"ecmp": "flow", "spray": "packet"}  # routing policy -> the senders' entropy
 
 
 def seconds(run, result, report):
     """A runs.csv row: the all-to-all's time, first send to last byte (None: unfinished)."""
-    rows = result.transfer_rows()
-    ends = [r["recv_end"] for r in rows]
-    span = max(ends) - min(r["send_start"] for r in rows) if None not in ends else None
-    return {"seconds": span, "valid": report["valid"]}
+    return {"seconds": span_s(records(result.transfer_rows())), "valid": report["valid"]}
 
 
 class AllToAll(Experiment):

@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping
 
 import topologies
 from fabric.analysis import plotstyle
-from fabric.analysis.report import flow_collisions, ideal_spans, uplink_shares
+from fabric.analysis.report import flow_collisions, ideal_transfers, uplink_shares
 from fabric.emulation import Emulation, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import (Experiment, Measured, Mode, Option, RunContext, RunData, Runner,
@@ -46,6 +46,7 @@ from fabric.traffic import collectives
 from fabric.traffic.metrics import balls_into_bins_expected_utilisation
 from fabric.traffic import sizing
 from fabric.traffic.model import ENTROPY, SPRAY_ENTROPY_PORTS, ScheduleError, TransportSpec
+from fabric.traffic.result import records, span_s, timings
 from fabric.traffic.workloads import (BUFFER_PACKETS, FLOW_PACKETS, ONE_FLOW_PATTERNS,
                                       norm_throughput, pattern_transfers)
 
@@ -158,13 +159,6 @@ def plan_grid(ctx: RunContext, specs: list[str]) -> dict[str, list[tuple[str, st
     return grid
 
 
-def result_span(rows: list[dict[str, Any]]) -> float | None:
-    """Seconds from the first send to the last byte received (None if incomplete)."""
-    if not rows or any(r["recv_end"] is None or r["send_start"] is None for r in rows):
-        return None
-    return max(r["recv_end"] for r in rows) - min(r["send_start"] for r in rows)
-
-
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -201,20 +195,16 @@ def _row_function(runner: Runner, emu: Emulation, spray: bool) -> Any:
 
     def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
         pattern, ranks, size = run.context
-        rows = result.transfer_rows()
-        measured = norm_throughput(pattern, {r["id"]: (r["send_start"], r["recv_end"],
-                                                       r["bytes"]) for r in rows},
-                                   ranks, size, plan.host_mbps)
-        spans = ideal_spans(result, graph, plan.link_mbps, spray)
-        best = (norm_throughput(pattern, {r["id"]: (spans[r["id"]].start, spans[r["id"]].end,
-                                                    r["bytes"]) for r in rows},
-                                ranks, size, plan.host_mbps) if spans else None)
+        transfers = records(result.transfer_rows())
+        measured = norm_throughput(pattern, timings(transfers), ranks, size, plan.host_mbps)
+        ideal = ideal_transfers(result, graph, plan.link_mbps, spray)
+        best = (norm_throughput(pattern, timings(ideal), ranks, size, plan.host_mbps)
+                if ideal else None)
         coll = None if spray else flow_collisions(result)  # a spray has every path
         link_rows.extend({**run.keys, "link": link, "share": round(load, 4)}
                          for link, load in uplink_shares(graph, result).items())
-        ideal_span = (max(s.end for s in spans.values())
-                      - min(s.start for s in spans.values())) if spans else None
-        span = result_span(rows)
+        ideal_span = span_s(ideal) if ideal else None
+        span = span_s(transfers)
         steady = steady_measures(result, graph, plan.link_mbps, spray, run.window,
                                  plan.host_mbps) if run.window else {}
         return {"host_mbps": plan.host_mbps, "norm_throughput": _round(measured),
@@ -226,7 +216,7 @@ def _row_function(runner: Runner, emu: Emulation, spray: bool) -> Any:
                 "span_efficiency": _round(ideal_span / span if span and ideal_span else None),
                 "collisions": coll.count if coll else None,
                 "max_flows_per_link": coll.max_flows_per_link if coll else None,
-                **transport_losses(rows), "complete": result.complete,
+                **transport_losses(result.transfer_rows()), "complete": result.complete,
                 "valid": report["valid"]}
 
     return row_of

@@ -41,27 +41,26 @@ while adaptive and flowlet schemes route around it (DRILL, LetFlow, CONGA).
 from __future__ import annotations
 
 import statistics
-import threading
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterator, Mapping
 
 import networkx as nx
 
 import topologies
 from fabric.analysis import plotstyle
+from fabric.analysis.disruption import (controller_ms, delivery_timeline, lost_bytes, reroute_ms,
+                                        stall_ms)
 from fabric.emulation import Emulation, capacity, fidelity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
-from fabric.experiment.measures import as_float, transport_losses
+from fabric.experiment.faults import Action, Injection, Scenario, first_cut, ideal_time_s, inject
+from fabric.experiment.measures import as_float, span_s, transport_losses
 from fabric.experiment.options import (CC, POLICIES_OPTION, ROCE_MTU, ROCE_OPTIONS,
                                        SPRAY_ENTROPY, chosen_policies)
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE
 from fabric.routing.policies import POLICIES as ROUTING_POLICIES, sprays
 from fabric.traffic import collectives, ideal, sizing
-from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec
+from fabric.traffic.model import ScheduleError, TransportSpec
 from fabric.traffic.placement import rank_hosts
 
 NAME = "failures"
@@ -79,7 +78,6 @@ DEGRADED_FRACTION = 0.25
 DEADLINE_FACTOR = 20.0
 TIMELINE_BIN_PACKETS = 20  # the delivery timeline's bins, in packet times
 TIMELINE_SCENARIOS = ("link-down", "flapping", "spine-down")  # the ones with a cut
-POLL_S = 0.01      # the injector's clock: how late an action may fall
 BRINGUP_S = 10.0
 RUN_OVERHEAD_S = 5.0
 ANCHORS = {"degraded": "spray as slow as its slowest path; adaptive routes around it "
@@ -90,31 +88,6 @@ ANCHORS = {"degraded": "spray as slow as its slowest path; adaptive routes aroun
 
 
 # --- the scenario: where and when (pure) ---------------------------------------------
-
-@dataclass(frozen=True)
-class Action:
-    """At ``at`` seconds after the traffic's start, ``links`` go up or down."""
-
-    at: float
-    up: bool
-    links: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """What a run does to the fabric: link actions on a timeline, slow links."""
-
-    name: str
-    actions: tuple[Action, ...] = ()
-    slow: tuple[tuple[str, str], ...] = ()   # links at DEGRADED_FRACTION of their rate
-    target: str | None = None                # what fails: "leaf-spine" link or a switch
-
-    @property
-    def links(self) -> tuple[tuple[str, str], ...]:
-        """Every link the scenario touches (restored after the run)."""
-        seen = dict.fromkeys(link for a in self.actions for link in a.links)
-        return tuple(seen) + tuple(self.slow)
-
 
 def top_tier(graph: nx.Graph) -> list[str]:
     """The switches at the top of the fabric: cores, or spines when there are none."""
@@ -153,7 +126,7 @@ def make_scenario(name: str, graph: nx.Graph, ranks: list[str], t_line: float,
         return Scenario(name, (Action(fail, False, (link,)),
                                Action(fail + DOWN_FOR * t_line, True, (link,))), target=named)
     if name == "degraded":
-        return Scenario(name, slow=(link,), target=named)
+        return Scenario(name, slow=(link,), target=named, slow_fraction=DEGRADED_FRACTION)
     if name == "flapping":
         half = FLAP_PERIOD_PACKETS * packet_s / 2
         count = max(2, int((horizon_s - fail) / half))
@@ -167,221 +140,6 @@ def make_scenario(name: str, graph: nx.Graph, ranks: list[str], t_line: float,
     raise ValueError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
 
 
-# --- injecting it into a running fabric ------------------------------------------------
-
-@dataclass
-class Injection:
-    """What the injector did: ``events`` are ``(wall time, up, links)``; ``slow_mbps``
-    the degraded rate of the scenario's slow links (None: none)."""
-
-    scenario: Scenario
-    events: list[tuple[float, bool, tuple[tuple[str, str], ...]]] = field(default_factory=list)
-    slow_mbps: float | None = None
-    errors: list[str] = field(default_factory=list)
-    controller_events: list[dict[str, Any]] = field(default_factory=list)
-
-
-@contextmanager
-def inject(emu: Emulation, plan: Plan, injection: Injection) -> Iterator[Injection]:
-    """Slow the scenario's slow links now, run its actions on time in a thread while
-    the traffic runs, then restore every link and wait until the controller has
-    routed the healed fabric. Times count from ``plan.start_at``, read as the
-    actions fall due (the runner may move it while it sets up)."""
-    scenario = injection.scenario
-    rates = {link: emu.report.rate_plan.link_mbps[frozenset(link)] for link in scenario.slow}
-    stop = threading.Event()
-
-    def act() -> None:
-        try:
-            for action in scenario.actions:
-                while (left := plan.start_at + action.at - time.time()) > 0:
-                    if stop.wait(min(left, POLL_S)):
-                        return
-                injection.controller_events = merge_events(
-                    injection.controller_events, emu.controller_status().get("events", []))
-                emu.set_link_state(action.links, action.up)
-                injection.events.append((time.time(), action.up, action.links))
-        except Exception as exc:  # the run is reported invalid; links restored below
-            injection.errors.append(f"{type(exc).__name__}: {exc}")
-
-    for link, mbps in rates.items():
-        injection.slow_mbps = mbps * DEGRADED_FRACTION
-        emu.set_link_rate(*link, injection.slow_mbps)
-    thread = threading.Thread(target=act, name="failure-injector", daemon=True)
-    thread.start()
-    try:
-        yield injection
-    finally:
-        stop.set()
-        thread.join()
-        injection.controller_events = merge_events(
-            injection.controller_events, emu.controller_status().get("events", []))
-        emu.set_link_state([link for a in scenario.actions for link in a.links], True)
-        for link, mbps in rates.items():
-            emu.set_link_rate(*link, mbps)
-        emu.wait_until_healed()
-
-
-# --- measurements (pure) -----------------------------------------------------------------
-
-def merge_events(known: list[dict[str, Any]], latest: list[dict[str, Any]]
-                 ) -> list[dict[str, Any]]:
-    """``known`` plus the controller events of ``latest`` it lacks.
-
-    The status file keeps only the controller's last events; the injector
-    reads it before every action, so a long flapping run keeps the events of
-    its first cut.
-    """
-    seen = {(e.get("time"), e.get("what")) for e in known}
-    return known + [e for e in latest if (e.get("time"), e.get("what")) not in seen]
-
-
-def first_cut(injection: Injection) -> float | None:
-    """Wall time of the first link cut (None: nothing was cut)."""
-    return next((t for t, up, _ in injection.events if not up), None)
-
-
-def reroute_ms(rows: list[dict[str, Any]], cut: float | None,
-               connection_of: Mapping[str, Hashable] | None = None) -> float | None:
-    """From ``cut`` to the send time of the first packet sent at or after it that
-    arrived, for the worst connection in progress at the cut (ms).
-
-    A packet sent after the cut that arrived took a surviving path. A connection
-    (``connection_of``: transfer id -> its connection; default, each transfer its
-    own) sends its transfers in order, so a transfer queued behind another is not
-    waiting for a path. None without a cut, or when no connection with arrivals was
-    in progress.
-    """
-    if cut is None:
-        return None
-    worst = None
-    for group in _by_connection(rows, connection_of):
-        if not any(start is not None and start <= cut and (end is None or end > cut)
-                   for start, end in _spans(group)):
-            continue
-        sent = [s for row in group for _, s in row.get("recv_arrivals") or () if s >= cut]
-        if not sent:
-            continue
-        delay = (min(sent) - cut) * 1e3
-        worst = delay if worst is None else max(worst, delay)
-    return None if worst is None else round(worst, 1)
-
-
-def controller_ms(events: list[dict[str, Any]], cut: float | None) -> float | None:
-    """From ``cut`` to the controller's first route update for a port that went down
-    (ms; None without a cut, or when the controller's status did not show one)."""
-    if cut is None:
-        return None
-    after = [e["time"] for e in events if e.get("time", 0) >= cut and " down:" in e.get("what", "")]
-    return round((min(after) - cut) * 1e3, 1) if after else None
-
-
-def stall_ms(rows: list[dict[str, Any]],
-             connection_of: Mapping[str, Hashable] | None = None) -> float | None:
-    """The longest gap in any connection's delivery (ms) while it owed data: between
-    a transfer's start and the connection's next arrival, or between two arrivals.
-    ``connection_of`` as for :func:`reroute_ms`: a transfer waiting behind another on
-    its connection is not stalled while the other arrives. None without arrival
-    records."""
-    longest = None
-    for group in _by_connection(rows, connection_of):
-        spans = [(start, end) for start, end in _spans(group) if start is not None]
-        arrivals = [a for row in group for a, _ in row.get("recv_arrivals") or ()]
-        if not spans or not arrivals:
-            continue
-        points = sorted(set(arrivals) | {start for start, _ in spans})
-        for a, b in zip(points, points[1:]):
-            middle = (a + b) / 2
-            if any(start <= middle and (end is None or middle <= end) for start, end in spans):
-                longest = b - a if longest is None else max(longest, b - a)
-    return None if longest is None else round(longest * 1e3, 1)
-
-
-def _by_connection(rows: list[dict[str, Any]],
-                   connection_of: Mapping[str, Hashable] | None) -> list[list[dict[str, Any]]]:
-    """``rows`` grouped by their transfers' connection (each alone without a map)."""
-    if connection_of is None:
-        return [[row] for row in rows]
-    groups: dict[Hashable, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(connection_of.get(row["id"], row["id"]), []).append(row)
-    return list(groups.values())
-
-
-def _spans(rows: list[dict[str, Any]]) -> list[tuple[float | None, float | None]]:
-    """Each transfer's (start, last arrival)."""
-    return [(row.get("send_start"), row.get("recv_end")) for row in rows]
-
-
-def lost_bytes(rows: list[dict[str, Any]]) -> int:
-    """Bytes a receiver never got (every transfer's size minus what arrived once)."""
-    return sum(max(0, r["bytes"] - (r.get("recv_bytes") or 0)) for r in rows)
-
-
-def delivery_timeline(rows: list[dict[str, Any]], origin: float,
-                      bin_s: float) -> list[tuple[float, int]]:
-    """Newly delivered packets per bin, ``(bin start after origin, packets)``, over
-    every transfer; empty bins inside the run included."""
-    counts: dict[int, int] = {}
-    for row in rows:
-        for arrived, _ in row.get("recv_arrivals") or ():
-            index = int((arrived - origin) // bin_s)
-            counts[index] = counts.get(index, 0) + 1
-    if not counts:
-        return []
-    return [(round(i * bin_s, 4), counts.get(i, 0)) for i in range(min(counts), max(counts) + 1)]
-
-
-def capacity_at(base: dict[tuple[str, str], float], scenario: Scenario, down: set,
-                slow_mbps: float | None) -> dict[tuple[str, str], float]:
-    """Directed link capacities with the scenario's slow links and ``down`` links
-    (undirected pairs) applied."""
-    cap = dict(base)
-    for a, b in scenario.slow:
-        if slow_mbps is not None:
-            cap[(a, b)] = cap[(b, a)] = slow_mbps
-    for link in down:
-        a, b = tuple(link)
-        cap[(a, b)] = cap[(b, a)] = 0.0
-    return cap
-
-
-def ideal_time_s(graph: nx.Graph, transfers: list[Transfer], base: dict[tuple[str, str], float],
-                 overhead: ideal.Overhead, scenario: Scenario | None = None,
-                 events: list[tuple[float, bool, tuple]] = (), slow_mbps: float | None = None
-                 ) -> float:
-    """Seconds a perfect transport with capacity-weighted multipath routing needs for
-    ``transfers`` when the scenario's events happen at their times (seconds after
-    the start); without a scenario, on the healthy fabric."""
-    scenario = scenario or Scenario("healthy")
-
-    def loads(cap: dict) -> dict[str, dict]:
-        pairs = {(t.src, t.dst) for t in transfers}  # a ring has few: route each once
-        routed = {pair: ideal.weighted_multipath_load(graph, *pair, overhead, cap)
-                  for pair in pairs}
-        return {t.id: routed[(t.src, t.dst)] for t in transfers}
-
-    def acks(data: dict[str, dict]) -> dict[str, dict]:
-        return {fid: ideal.ack_load(load, overhead) for fid, load in data.items()}
-
-    down: set = set()
-    cap = capacity_at(base, scenario, down, slow_mbps)
-    initial = loads(cap)
-    fluid = [ideal.FluidTransfer(t.id, t.bytes, initial[t.id], 0.0, t.after,
-                                 queue=t.connection, acks=ideal.ack_load(initial[t.id], overhead))
-             for t in transfers]
-    changes = []
-    for at, up, links in sorted(events):
-        for link in links:
-            (down.discard if up else down.add)(frozenset(link))
-        cap = capacity_at(base, scenario, down, slow_mbps)
-        data = loads(cap)
-        changes.append(ideal.Change(max(0.0, at), cap, data, acks(data)))
-    spans = ideal.simulate(fluid, capacity_at(base, scenario, set(), slow_mbps),
-                           changes=changes)
-    return max(s.end for s in spans.values()) - min(s.start for s in spans.values())
-
-
 def run_row(scenario: Scenario, injection: Injection, rows: list[dict[str, Any]],
             size: int, ranks: list[str], host_mbps: float,
             connection_of: Mapping[str, Hashable] | None = None) -> dict[str, Any]:
@@ -390,7 +148,7 @@ def run_row(scenario: Scenario, injection: Injection, rows: list[dict[str, Any]]
     transfer id -> its connection, for the reroute and stall times."""
     starts = [r["send_start"] for r in rows if r.get("send_start") is not None]
     complete = bool(rows) and all(r.get("fct_s") is not None for r in rows)
-    span = (max(r["recv_end"] for r in rows) - min(starts)) if complete else None
+    span = span_s(rows)
     busbw = (collectives.busbw(COLLECTIVE, len(ranks), size, span) * 8 / 1e6 / host_mbps
              if span else None)
     return {"time_s": round(span, 4) if span else None,

@@ -45,7 +45,7 @@ from fabric.analysis import plotstyle
 from fabric.emulation import ovs
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
-from fabric.experiment.measures import against_ideal, as_float, ideal_rows
+from fabric.experiment.measures import against_ideal, as_float, ideal_rows, span_s
 from fabric.model import graph as fg
 from fabric.model.spec import parse_spec
 from fabric.traffic import collectives, sizing
@@ -193,12 +193,7 @@ def max_flows_per_link(graph: nx.Graph, transfer_rows: list[dict[str, Any]]) -> 
 def run_row(graph: nx.Graph, spec: str, run: dict[str, Any], seed: int, host_mbps: float,
             transfer_rows: list[dict[str, Any]], valid: bool) -> dict[str, Any]:
     """The runs.csv row of one run (pure)."""
-    complete = bool(transfer_rows) and all(r["fct_s"] is not None for r in transfer_rows)
-    span = None
-    if complete:
-        span = (max(r["recv_end"] for r in transfer_rows)
-                - min(r["send_start"] for r in transfer_rows))
-        span = span if span > 0 else None
+    span = span_s(transfer_rows)
     frac = (collectives.busbw(COLLECTIVE, len(run["ranks"]), run["size"], span) * 8 / 1e6
             / host_mbps) if span else None
     return {"topology": spec, "oversubscription": oversubscription(graph),

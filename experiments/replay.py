@@ -22,7 +22,7 @@ compute would then last longer than :data:`MAX_COMPUTE_PACKET_TIMES` packet time
 of a host link; ``D`` follows from the rate. Step times
 are reported in the job's own time (emulated seconds / ``D``), beside the ideal:
 the same schedule through the fluid model of a perfect transport on the paths
-the run used (:func:`fabric.analysis.report.ideal_spans`).
+the run used (:func:`fabric.analysis.report.ideal_transfers`).
 
 **Runs.** Per routing policy (ecmp, spray, adaptive) and seed: every job alone,
 then all jobs together (with two jobs or more). The default workload is the
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from fabric.analysis import plotstyle
-from fabric.analysis.report import ideal_spans
+from fabric.analysis.report import ideal_transfers
 from fabric.argtypes import existing_file, existing_path
 from fabric.emulation import Emulation, capacity
 from fabric.emulation.machine_speed import default_host_mbps
@@ -62,6 +62,7 @@ from fabric.model.lanes import DSCP_COLLECTIVE
 from fabric.routing.policies import POLICIES as ROUTING_POLICIES, multipath, sprays
 from fabric.traffic import sizing
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, Transfer, TransportSpec
+from fabric.traffic.result import records, timings
 from fabric.traffic.trace import Workload, load_trace
 from fabric.traffic.trace.place import PLACEMENTS, endpoint_servers, place_ranks
 from fabric.traffic.trace.report import collective_times, key_of, step_times
@@ -268,14 +269,6 @@ def run_seconds(graph: Any, jobs: list[Job], host_mbps: float, transport: Transp
 
 # --- rows --------------------------------------------------------------------------
 
-def _timings(rows: list[dict[str, Any]], ideal: Mapping[str, Any] | None
-             ) -> tuple[dict[str, tuple], dict[str, tuple] | None]:
-    measured = {r["id"]: (r["send_start"], r["recv_end"], r["bytes"]) for r in rows}
-    best = ({r["id"]: (ideal[r["id"]].start, ideal[r["id"]].end, r["bytes"]) for r in rows}
-            if ideal else None)
-    return measured, best
-
-
 def _mean_ms(values: list[float], dilation: float) -> float | None:
     return round(statistics.fmean(values) / dilation * 1e3, 4) if values else None
 
@@ -319,8 +312,9 @@ def _row_function(runner: Runner, emu: Emulation, spray: bool) -> Any:
 
     def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
         schedules, dilation = run.context["schedules"], run.context["dilation"]
-        measured, best = _timings(result.transfer_rows(),
-                                  ideal_spans(result, graph, plan.link_mbps, spray))
+        measured = timings(records(result.transfer_rows()))
+        ideal = ideal_transfers(result, graph, plan.link_mbps, spray)
+        best = timings(ideal) if ideal else None
         row: dict[str, Any] = {"host_mbps": plan.host_mbps, "dilation": round(dilation, 3),
                                "byte_scale": run.context["byte_scale"],
                                "jobs": "+".join(schedules)}

@@ -40,7 +40,7 @@ from typing import Any, Iterator, Mapping
 
 import topologies
 from fabric.analysis import plotstyle
-from fabric.analysis.report import ideal_spans
+from fabric.analysis.report import ideal_transfers
 from fabric.emulation import capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import (Experiment, Measured, Mode, Option, RunContext, RunData, Runner,
@@ -53,6 +53,7 @@ from fabric.model import graph as fg
 from fabric.routing.policies import POLICIES as ROUTING_POLICIES, multipath, sprays
 from fabric.traffic import sizing
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS
+from fabric.traffic.result import records, timings
 from fabric.traffic.workloads import norm_throughput, pattern_transfers
 
 NAME = "scaling"
@@ -165,22 +166,19 @@ def _row_function(fab: Any, spray: bool) -> Any:
 
     def row_of(run: Scheduled, result: Any, report: dict[str, Any]) -> dict[str, Any]:
         ranks, packets = run.context
-        rows = result.transfer_rows()
         pattern = run.keys["pattern"]
-        measured = norm_throughput(pattern, {r["id"]: (r["send_start"], r["recv_end"],
-                                                       r["bytes"]) for r in rows},
-                                   ranks, None, plan.host_mbps)
-        spans = ideal_spans(result, graph, plan.link_mbps, spray)
-        best = (norm_throughput(pattern, {r["id"]: (spans[r["id"]].start, spans[r["id"]].end,
-                                                    r["bytes"]) for r in rows},
-                                ranks, None, plan.host_mbps) if spans else None)
+        measured = norm_throughput(pattern, timings(records(result.transfer_rows())), ranks, None,
+                                   plan.host_mbps)
+        ideal = ideal_transfers(result, graph, plan.link_mbps, spray)
+        best = (norm_throughput(pattern, timings(ideal), ranks, None, plan.host_mbps)
+                if ideal else None)
         steady = steady_measures(result, graph, plan.link_mbps, spray, run.window,
                                  plan.host_mbps)
         return {"endpoints": len(ranks), "family": family(run.keys["topology"]),
                 "host_mbps": plan.host_mbps, "flow_packets": packets,
                 "norm_throughput": _round(measured), "ideal": _round(best), **steady,
                 "htsim": htsim_text(run.keys["topology"], pattern, run.keys["policy"]),
-                **transport_losses(rows), "complete": result.complete,
+                **transport_losses(result.transfer_rows()), "complete": result.complete,
                 "valid": report["valid"]}
 
     return row_of

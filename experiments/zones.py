@@ -44,7 +44,7 @@ import networkx as nx
 import topologies
 from fabric.analysis import plotstyle
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
-from fabric.experiment.measures import against_ideal, as_float, ideal_rows
+from fabric.experiment.measures import against_ideal, as_float, ideal_rows, span_s
 from fabric.model import graph as fg
 from fabric.traffic import collectives, sizing, storage
 from fabric.traffic.model import ScheduleError, TransportSpec
@@ -218,21 +218,12 @@ def estimate_duration_s(graph: nx.Graph, quick: bool, seeds: int | None = None) 
     return total
 
 
-def _span(rows: list[dict[str, Any]]) -> float | None:
-    """Seconds from the first send to the last byte received (None if incomplete)."""
-    if not rows or any(r["fct_s"] is None for r in rows):
-        return None
-    end = max(r["recv_end"] for r in rows)
-    start = min(r["send_start"] for r in rows)
-    return end - start if end > start else None
-
-
 
 def run_row(graph: nx.Graph, run: dict[str, Any], seed: int, host_mbps: float,
             transfer_rows: list[dict[str, Any]], totals: dict, paths: dict,
             valid: bool) -> dict[str, Any]:
     """The runs.csv row of one run (pure: from the result's rows, link totals, paths)."""
-    span = _span(transfer_rows)
+    span = span_s(transfer_rows)
     row: dict[str, Any] = {"placement": run["placement"], "seed": seed,
                            "ranks": len(run["ranks"]) or None, "client": run["client"],
                            "host_mbps": host_mbps, "size_bytes": run["size"],

@@ -13,5 +13,6 @@ One folder per layer; each ``__init__`` says what that layer may import, and
 ``testing/``       fake OpenFlow switches for unit-testing controllers
 ``cli.py``         the ``fabric`` command, on top of everything
 ``argtypes.py``    its argument types: each value checked as it is parsed
+``children.py``    how fabric starts its own child Pythons (this checkout's code)
 =================  ===========================================================
 """

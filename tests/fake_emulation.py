@@ -13,13 +13,14 @@ from fabric.traffic.result import Check
 class FakeEmulation:
     """Has what an experiment reads of :class:`fabric.emulation.Emulation` outside the
     traffic runs (which the tests replace, :func:`backends`): graph, options, the rate
-    plan."""
+    plan, the controller's log."""
 
     made: list = []       # the options of every bring-up; reset it in each test
     default_mbps = 3.0    # host rate when the options name none
 
     def __init__(self, graph, options):
         self.graph, self.options = graph, options
+        self.controller = SimpleNamespace(save_log=lambda path: False)  # no controller ran
         self.report = SimpleNamespace(rate_plan=capacity.plan_rates(
             graph, options.host_mbps or self.default_mbps, enforce_budget=False))
         type(self).made.append(options)
@@ -29,9 +30,6 @@ class FakeEmulation:
 
     def __exit__(self, *exc):
         return None
-
-    def save_controller_log(self, path):
-        return False  # no controller ran
 
 
 def idle_ok(emu, transport, workdir):

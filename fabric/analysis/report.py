@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from fabric.model import graph as fg
 from fabric.traffic import collectives, ideal, metrics
 from fabric.traffic.patterns import PatternSpec
-from fabric.traffic.result import RunResult, report
+from fabric.traffic.result import RunResult, TransferRecord, records, report
 from fabric.traffic.storage import incast_rounds
 
 
@@ -176,6 +176,17 @@ def ideal_spans(result: RunResult, graph: Any, link_mbps: Mapping[frozenset, flo
         fluid.append(ideal.FluidTransfer(t.id, t.bytes, load, start, t.after, latency,
                                          t.delay_s, t.connection, t.after_start, acks))
     return ideal.simulate(fluid, ideal.link_capacity(graph, link_mbps))
+
+
+def ideal_transfers(result: RunResult, graph: Any, link_mbps: Mapping[frozenset, float],
+                    spray: bool, achieved_split: bool = False) -> list[TransferRecord] | None:
+    """The ideal of this run: its transfers with the times a perfect transport would
+    have had (:func:`ideal_spans`), to measure exactly as the run is measured. None
+    when a path (needed for per-flow routing) was not measured."""
+    spans = ideal_spans(result, graph, link_mbps, spray, achieved_split)
+    if spans is None:
+        return None
+    return [t.timed(spans[t.id].start, spans[t.id].end) for t in records(result.transfer_rows())]
 
 
 def ideal_steady_rates(result: RunResult, graph: Any, link_mbps: Mapping[frozenset, float],

@@ -19,9 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
+from fabric.children import SOURCE_ROOT
 from fabric.errors import UserError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ResultsError(UserError, RuntimeError):
@@ -57,9 +57,9 @@ def versions() -> dict[str, str]:
 def git_commit() -> str:
     """The project's commit (with ``-dirty`` when the tree has changes)."""
     try:
-        commit = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
+        commit = subprocess.run(["git", "-C", str(SOURCE_ROOT), "rev-parse", "HEAD"],
                                 capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain"],
+        dirty = subprocess.run(["git", "-C", str(SOURCE_ROOT), "status", "--porcelain"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"

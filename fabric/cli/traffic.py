@@ -207,7 +207,7 @@ def _run(emu: Any, args: argparse.Namespace, transfers: list, participants: list
             result = run_plan(emu, plan, workdir)
     finally:
         if args.keep:  # the controller's log is kept with the plan and agent reports
-            emu.save_controller_log(workdir / "controller.log")
+            emu.controller.save_log(workdir / "controller.log")
     if pcaps:
         print(f"pcap: {len(pcaps)} files in {args.pcap} "
               f"({', '.join(p.name for p in pcaps)})", file=sys.stderr)

@@ -21,7 +21,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, Iterable, Mapping
 
 import networkx as nx
 
+from fabric.children import log_tail, start_python
 from fabric.emulation import bpf_build, shaping
 from fabric.emulation.ovs import STATE_DIR
 from fabric.errors import UserError
@@ -47,8 +47,8 @@ MAX_LINKS = 2048
 MAX_SWITCHES = 256
 READY_TIMEOUT_S = 20.0
 # The daemon reacts to pause events at real-time priority (below the forwarding thread's,
-# on the agents' cores): behind the agents it reacted late by up to 28 packet times on a
-# 2-core machine, beyond any headroom; it sleeps in poll between events.
+# on the agents' cores): behind the agents it reacts too late for any headroom
+# (docs/benchmarks.md, "Flow control (PFC)"); it sleeps in poll between events.
 DAEMON_RT_PRIORITY = 5
 LINK_STAT = struct.Struct("=QQQQ")   # struct link_stat: max_held, drops, drop_bytes, pauses
 GATE_STAT = struct.Struct("=QQQQQQQQ")
@@ -176,11 +176,9 @@ def start_daemon(config: dict[str, Any], workdir: Path, cpus: set[int] | None = 
     config_path.write_text(json.dumps(config, indent=1))
     status_path.unlink(missing_ok=True)
     log = open(workdir / "pfc.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "fabric.emulation.pfc_daemon",
-                             str(config_path), str(status_path)], stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True,
-                            env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+    proc = start_python("fabric.emulation.pfc_daemon", [str(config_path), str(status_path)],
+                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True)
     log.close()
     warnings = _prioritize(proc.pid, cpus)
     end = time.monotonic() + READY_TIMEOUT_S
@@ -193,8 +191,8 @@ def start_daemon(config: dict[str, Any], workdir: Path, cpus: set[int] | None = 
     if proc.poll() is None:
         proc.kill()
     proc.wait()
-    tail = (workdir / "pfc.log").read_text(errors="replace").strip().splitlines()[-5:]
-    raise FlowControlSetupError(f"the flow-control daemon did not come up: {' | '.join(tail)}")
+    raise FlowControlSetupError(f"the flow-control daemon did not come up: "
+                                f"{log_tail(workdir / 'pfc.log')}")
 
 
 def _prioritize(pid: int, cpus: set[int] | None) -> list[str]:

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
 
 from fabric.model import graph as fg
+from fabric.traffic.result import LinkSeries
 
 SYSFS = Path("/sys/class/net")
-DirectedLink = tuple[str, str]
+DirectedLink = tuple[str, str]  # (sender, receiver)
 
 
 def counter_sources(graph: nx.Graph) -> dict[DirectedLink, tuple[str, str]]:
@@ -46,32 +46,6 @@ def read_bytes(sources: dict[DirectedLink, tuple[str, str]], root: Path = SYSFS
         except (OSError, ValueError):
             out[link] = 0
     return out
-
-
-@dataclass
-class LinkSeries:
-    """Samples of every directed link's byte counter."""
-
-    times: list[float] = field(default_factory=list)
-    bytes: list[dict[DirectedLink, int]] = field(default_factory=list)
-
-    def rates_mbps(self) -> list[tuple[float, dict[DirectedLink, float]]]:
-        """Per-interval rates: ``[(interval midpoint, {link: Mbit/s})]``."""
-        rows = []
-        for i in range(1, len(self.times)):
-            dt = self.times[i] - self.times[i - 1]
-            if dt <= 0:
-                continue
-            rows.append(((self.times[i] + self.times[i - 1]) / 2,
-                         {k: (self.bytes[i][k] - self.bytes[i - 1][k]) * 8 / dt / 1e6
-                          for k in self.bytes[i]}))
-        return rows
-
-    def totals(self) -> dict[DirectedLink, int]:
-        """Bytes each directed link carried between the first and last sample."""
-        if len(self.bytes) < 2:
-            return {}
-        return {k: self.bytes[-1][k] - self.bytes[0][k] for k in self.bytes[-1]}
 
 
 class LinkSampler:

@@ -11,10 +11,7 @@ runs the undo log, whatever happened before.
 
 from __future__ import annotations
 
-import csv
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,33 +19,32 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import networkx as nx
 
-from fabric.emulation import (adaptive_routing, capacity, ecn, flowcontrol, hostconfig,
-                              mnclasses, ovs, runstate, shaping)
+from fabric.emulation import (adaptive_routing, capacity, ecn, hostconfig, mnclasses, ovs,
+                              runstate, shaping)
 from fabric.emulation.adaptive_routing import AdaptiveRouting
+from fabric.emulation.controller_process import ControllerProcess
 from fabric.emulation.ecn import EcnMarking
+from fabric.emulation.errors import EmulationError
+from fabric.emulation.flow_control_session import FlowControlSession
+from fabric.emulation.link_control import LinkControl, tc_in_netns
 from fabric.emulation.machine_speed import machine_speed
-from fabric.errors import UserError
-from fabric.host import libbpf, ports, system
+from fabric.host import libbpf, system
 from fabric.model import graph as fg
-from fabric.model.flowcontrol import FlowControl, lossless_lanes
+from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
-from fabric.routing.config import ControllerConfig, controller_config_to_dict
+from fabric.routing.config import ControllerConfig
 from fabric.routing.policies import POLICIES
 from fabric.routing.static import StaticRoutingError, static_route_tables
 from fabric.routing.switch_ar import ArParams, check_port_sets
 from fabric.routing.tables import route_tables
 from fabric.traffic.model import TCP_PACKET_BYTES
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
-CONTROLLER_READY_TIMEOUT_S = 20.0
-# Status keys that list what is broken: links down, and (adaptive) links found slow.
-HEALTH_KEYS = ("down_links", "slow_ports")
 # Socket buffers for userspace OVS's AF_PACKET sockets (docs/platform.md,
 # "Socket buffers"):
 # receive sockets take rmem_default when ports are created, the send socket
@@ -84,10 +80,6 @@ for dev in "$@"; do
   ethtool -K "$dev" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
 done
 """
-
-
-class EmulationError(UserError, RuntimeError):
-    """Bring-up failed; everything made so far has been removed."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +126,12 @@ class BringUpReport:
 class Emulation:
     """A running emulated fabric; use as a context manager.
 
+    It owns one object per job besides the network itself: :attr:`controller`
+    (:class:`ControllerProcess`), :attr:`flow_control` (:class:`FlowControlSession`,
+    None without flow control), :attr:`adaptive_routing` (the switches' per-packet
+    choice, None unless the policy is ``ar``) and, once up, :attr:`links`
+    (:class:`LinkControl`: cut, restore, degrade).
+
     Parameters
     ----------
     graph : networkx.Graph
@@ -152,16 +150,16 @@ class Emulation:
         self.net: Any = None
         self.state: runstate.RunState | None = None
         self.workdir: Path | None = None
-        self._controller: subprocess.Popen | None = None
+        self.controller = ControllerProcess(graph, options.policy, options.controller_port,
+                                            options.controller_app, options.remote_controller)
+        self.flow_control = (FlowControlSession(graph, options.flow_control, options.lanes,
+                                                options.queue_pkts, self._frame_bytes)
+                             if options.flow_control else None)
+        self.adaptive_routing: AdaptiveRouting | None = None
+        self.links: LinkControl | None = None
         self._made: runstate.RunState | None = None  # kept after stop, to verify
         self._markers: dict[float, Path] = {}  # link rate -> compiled ECN marker
-        self._pfc_object: Path | None = None  # the compiled flow-control accounting
-        self._pfc: subprocess.Popen | None = None
-        self._pfc_links: list[dict[str, Any]] = []  # the daemon's links (ids, reactions)
-        self._pfc_map_ids: dict[str, int] = {}  # the accounting's maps, by name
-        self.pfc_counters: flowcontrol.Counters | None = None
         self._ar_object: Path | None = None  # the compiled adaptive-routing datapath
-        self.adaptive_routing: AdaptiveRouting | None = None
 
     def __enter__(self) -> "Emulation":
         self.start()
@@ -173,6 +171,10 @@ class Emulation:
     def host(self, name: str) -> Any:
         """Return the Mininet host ``name``."""
         return self.net.get(name)
+
+    def host_pids(self) -> dict[str, int]:
+        """Endpoint -> the pid of its shell (a process in its network namespace)."""
+        return {ep: self.host(ep).pid for ep in fg.endpoints(self.graph)}
 
     def interact(self, stdin: Any = None) -> None:
         """Run Mininet's CLI on the running fabric until the user quits (or ``stdin`` ends).
@@ -189,101 +191,6 @@ class Emulation:
         finally:
             setLogLevel("error")
 
-    def set_link_rate(self, a: str, b: str, mbps: float) -> None:
-        """Shape the link ``a``-``b`` (both directions) at ``mbps`` from now on: a
-        degraded link, up but slow. Queued packets stay; buffers and lanes keep
-        their sizes and shares.
-
-        Raises
-        ------
-        EmulationError
-            When there is no such link or the rate cannot be shaped.
-        """
-        if not self.graph.has_edge(a, b):
-            raise EmulationError(f"no link between {a} and {b}")
-        if not capacity.MIN_SHAPED_MBPS <= mbps <= capacity.MAX_SHAPED_MBPS:
-            raise EmulationError(f"link rate must be {capacity.MIN_SHAPED_MBPS}.."
-                                 f"{capacity.MAX_SHAPED_MBPS:g} Mbit/s, got {mbps}")
-        lanes = self.options.lanes
-        marker = None
-        if self.options.ecn:
-            try:
-                marker = ecn.marker_object(mbps, self.options.queue_pkts, self.options.ecn,
-                                           self._frame_bytes)
-            except ecn.MarkerError as exc:
-                raise EmulationError(str(exc)) from None
-        fc = self.options.flow_control  # under flow control the way in is the switch's
-        for node, other in ((a, b), (b, a)):
-            port_no = fg.port(self.graph, node, other)
-            if fg.is_endpoint(self.graph, node):  # NIC egress and, for the way in, its IFB
-                ifb = hostconfig.ifb_name(node, port_no)
-                devs = [fg.intf_name(node, port_no)] + ([] if fc else [ifb])
-                lines = [line for dev in devs
-                         for line in shaping.rate_change_lines(dev, mbps, lanes)]
-                if marker and not fc:
-                    lines.append(ecn.marker_line(ifb, marker, replace=True))
-                batch = self.workdir / f"{node}-rate.tc"
-                batch.write_text("".join(line + "\n" for line in lines))
-                try:
-                    self._tc_in_root_mounts(node, batch)
-                except system.HostSetupError as exc:
-                    raise EmulationError(f"{node}: changing the rate failed: {exc}") from None
-            elif fc or not fg.is_endpoint(self.graph, other):  # else shaped at the IFB
-                dev = fg.intf_name(node, port_no)
-                lines = shaping.rate_change_lines(dev, mbps, lanes)
-                if marker:
-                    lines.append(ecn.marker_line(dev, marker, replace=True))
-                system.run(["tc", "-batch", "-"],
-                           input_text="".join(line + "\n" for line in lines))
-        self.report.rate_plan.link_mbps[frozenset((a, b))] = mbps
-        if self.adaptive_routing is not None:  # the switches' copies of its queues too
-            self.adaptive_routing.set_rate(a, b, mbps)
-
-    def set_link_state(self, links: Iterable[tuple[str, str]], up: bool) -> None:
-        """Cut links or restore them, as pulled cables would: each link's switch
-        end goes administratively down, its peer loses carrier, and both switches
-        report the port down to the controller. All links change in one ``ip``
-        call (a lost switch loses its links at once). Packets queued on a cut
-        interface are lost; its shaping stays.
-
-        Raises
-        ------
-        EmulationError
-            When a link does not exist.
-        """
-        lines = []
-        for a, b in links:
-            if not self.graph.has_edge(a, b):
-                raise EmulationError(f"no link between {a} and {b}")
-            node, other = (a, b) if fg.is_switch(self.graph, a) else (b, a)
-            dev = fg.intf_name(node, fg.port(self.graph, node, other))
-            lines.append(f"link set dev {dev} {'up' if up else 'down'}\n")
-        if lines:
-            system.run(["ip", "-batch", "-"], input_text="".join(lines))
-        if self.adaptive_routing is not None:  # the switches choose among the ports left
-            self.adaptive_routing.set_links(links, up)
-
-    def wait_until_healed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
-        """Block until the controller knows no link down or slow and has confirmed
-        every switch's routes (after :meth:`set_link_state` or :meth:`set_link_rate`
-        restored the links)."""
-        deadline = time.monotonic() + timeout_s
-        while any((status := self.controller_status()).get(key) for key in HEALTH_KEYS):
-            if time.monotonic() > deadline:
-                raise EmulationError(f"the controller still reports links down or slow after "
-                                     f"{timeout_s:.0f} s: " + "; ".join(
-                                         f"{key} {status[key]}" for key in HEALTH_KEYS
-                                         if status.get(key)))
-            time.sleep(0.02)
-        self.wait_until_routed(max(1.0, deadline - time.monotonic()))
-
-    def controller_status(self) -> dict:
-        """The controller's status report (ready switches, down links, events)."""
-        try:
-            return json.loads((self.workdir / "controller.json").read_text())
-        except (OSError, ValueError, TypeError):
-            return {}
-
     # -- bring-up -----------------------------------------------------------
 
     def start(self) -> None:
@@ -294,20 +201,25 @@ class Emulation:
                 self._record_and_set_sysctls()
                 self.report.warnings += ovs.ensure_running(self.report.datapath)
             with _phase(self.report, "controller"):
-                if not self.options.remote_controller:
-                    self._start_controller()
+                self.controller.start(self.workdir, self.state, self._controller_config())
             with _phase(self.report, "network"):
                 self._build_network()
             with _phase(self.report, "configure"):
                 self._configure_hosts_and_shaping()
-            if self.options.flow_control:
+            if self.flow_control:
                 with _phase(self.report, "flow control"):
-                    self._start_flow_control()
+                    self.report.warnings += self.flow_control.start(
+                        self.host_pids(), self.report.rate_plan.link_mbps, self.workdir,
+                        self.state, ovs.agent_cpus(self.report.datapath))
             if self._ar_object:
                 with _phase(self.report, "adaptive routing"):
                     self._start_adaptive_routing()
             with _phase(self.report, "routes"):
-                self.wait_until_routed()
+                self.controller.wait_until_routed()
+            self.links = LinkControl(
+                self.graph, self.report.rate_plan.link_mbps, self.options.lanes,
+                self.options.queue_pkts, self.options.ecn, self.flow_control is not None,
+                self._frame_bytes, self.workdir, self.host_pids(), self.adaptive_routing)
             if self.report.datapath == "user":
                 self.report.warnings += ovs.socket_buffer_warnings(
                     self.state.root_intfs, int(RUN_SYSCTLS["net.core.rmem_default"]),
@@ -342,9 +254,8 @@ class Emulation:
                                  for mbps in set(self.report.rate_plan.link_mbps.values())}
             except ecn.MarkerError as exc:
                 raise EmulationError(str(exc)) from None
-        if self.options.flow_control:
-            flowcontrol.check(self.graph, self.options.lanes)
-            self._pfc_object = flowcontrol.build_object()  # a failed build changes nothing
+        if self.flow_control:
+            self.flow_control.check()  # a failed build changes nothing
         self._check_routing()
         available = tcp_congestion_controls()
         if self.options.tcp_cc not in available:
@@ -356,15 +267,7 @@ class Emulation:
                                      f"wait for it or stop it and run `fabric clean`")
             runstate.undo(other)  # a dead run's leftovers would collide with ours
         ovs.delete_bridges(runstate.orphan_bridges())
-        if self.options.remote_controller and self.options.controller_app:
-            raise EmulationError("a remote controller and a controller app exclude each other")
-        if self.options.remote_controller:
-            try:
-                ports.check_listening(*self.controller_address)
-            except (ValueError, ports.NotListeningError) as exc:
-                raise EmulationError(f"remote controller: {exc}") from None
-        else:
-            ports.check_port_free(*self.controller_address)
+        self.controller.check()
         clashes = [sw for sw in fg.switches(self.graph) if Path(f"/sys/class/net/{sw}").exists()]
         if clashes:
             raise EmulationError(f"interfaces {', '.join(clashes[:5])} already exist; "
@@ -418,28 +321,6 @@ class Emulation:
         return {**RUN_SYSCTLS, ALLOWED_TCP_CC: " ".join(allowed),
                 **ovs.forwarding_sysctls(self.report.datapath)}
 
-    def _start_controller(self) -> None:
-        status = self.workdir / "controller.json"
-        config = self.workdir / "controller-config.json"
-        config.write_text(json.dumps(controller_config_to_dict(ControllerConfig(
-            self.options.lanes, self.report.rate_plan.scale_mbps_per_gbps,
-            self.options.adaptive or params_for_rate(
-                self.report.rate_plan.host_mbps, packet_bits=self.options.packet_bytes * 8)))))
-        log = open(self.workdir / "controller.log", "wb")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])))
-        app = (["--app", self.options.controller_app] if self.options.controller_app
-               else [self.options.policy])
-        args = [sys.executable, "-m", "controllers", *app,
-                "--topo", self.graph.graph["spec"], "--host", "127.0.0.1",
-                "--port", str(self.options.controller_port), "--status-file", str(status),
-                "--config", str(config)]
-        self._controller = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=env,
-                                            start_new_session=True, cwd=PROJECT_ROOT)
-        log.close()
-        self.state.add_process(self._controller.pid, expect="controllers")
-
     def _build_network(self) -> None:
         from mininet.link import Link
         from mininet.log import setLogLevel
@@ -452,7 +333,7 @@ class Emulation:
         self.net = net
         # every node's shell is recorded: teardown and `fabric clean` stop them all, even
         # when the process that started them lives on (an interpreter using the API)
-        host, port = self.controller_address
+        host, port = self.controller.address
         controller = net.addController("c0", controller=RemoteController, ip=host, port=port)
         self.state.add_process(controller.pid, expect="mininet:c0")
         datapath = "user" if self.report.datapath == "user" else "kernel"
@@ -505,29 +386,20 @@ class Emulation:
                 marker_file = self.workdir / f"{ep}-ecn.tc"
                 marker_file.write_text(hostconfig.endpoint_marker_batch(
                     self.graph, ep, self.report.rate_plan.link_mbps, self._markers))
-                self._tc_in_root_mounts(ep, marker_file)
+                tc_in_netns(self.host(ep).pid, marker_file)
             self._describe_nics(ep)
 
-    def _start_flow_control(self) -> None:
-        """Attach the flow-control accounting and start its daemon."""
+    def _controller_config(self) -> ControllerConfig:
         plan = self.report.rate_plan
-        config = flowcontrol.daemon_config(
-            self.graph, {ep: self.host(ep).pid for ep in fg.endpoints(self.graph)},
-            plan.link_mbps, self.options.flow_control, self.options.lanes,
-            self.options.queue_pkts, self._frame_bytes, self._pfc_object,
-            self.workdir / "pfc-events.csv")
-        self._pfc, status, warnings = flowcontrol.start_daemon(
-            config, self.workdir, ovs.agent_cpus(self.report.datapath))
-        self.report.warnings += warnings
-        self.state.add_process(self._pfc.pid, expect="pfc_daemon")
-        self.pfc_counters = flowcontrol.Counters(status, len(config["links"]))
-        self._pfc_map_ids = status["maps"]
-        self._pfc_links = config["links"]
+        return ControllerConfig(self.options.lanes, plan.scale_mbps_per_gbps,
+                                self.options.adaptive or params_for_rate(
+                                    plan.host_mbps, packet_bits=self.options.packet_bytes * 8))
 
     def _start_adaptive_routing(self) -> None:
         """Attach the switches' per-packet choice (after flow control: it reads its gates)."""
-        shared = ({name: libbpf.map_by_id(self._pfc_map_ids[name])
-                   for name in adaptive_routing.PFC_MAPS} if self._pfc_map_ids else {})
+        ids = self.flow_control.map_ids if self.flow_control else {}
+        shared = {name: libbpf.map_by_id(ids[name]) for name in adaptive_routing.PFC_MAPS
+                  } if ids else {}
         try:
             self.adaptive_routing = AdaptiveRouting(
                 self.graph, self.report.rate_plan.link_mbps, self.options.queue_pkts,
@@ -535,59 +407,6 @@ class Emulation:
         finally:
             for fd in shared.values():  # the object holds its own copies
                 os.close(fd)
-
-    def flow_control_pid(self) -> int | None:
-        """The flow-control daemon's process id (None without flow control)."""
-        return self._pfc.pid if self._pfc is not None else None
-
-    def flow_control_running(self) -> bool:
-        """True while the flow-control daemon serves (false without flow control)."""
-        return self._pfc is not None and self._pfc.poll() is None
-
-    def lossless_lanes(self) -> list[int]:
-        """The lanes flow control keeps lossless (none without flow control)."""
-        return lossless_lanes(self.options.lanes) if self.options.flow_control else []
-
-    def pause_lateness(self, since_ns: int) -> dict[tuple[str, int], float]:
-        """(link name, lane) -> the most any of its pauses since ``since_ns``
-        (``time.monotonic_ns``) took effect after the modelled reaction, in packet times
-        of its link (:func:`flowcontrol.pause_lateness`; empty without flow control)."""
-        if self._pfc is None or self.workdir is None:
-            return {}
-        with open(self.workdir / "pfc-events.csv", newline="") as handle:
-            return flowcontrol.pause_lateness(csv.DictReader(handle), self._pfc_links,
-                                              since_ns)
-
-    def lossless_queue_drops(self) -> dict[tuple[str, int], int]:
-        """(device, lane) -> packets every egress queue of a lossless lane dropped so far,
-        switch ports and endpoint NICs (empty without flow control)."""
-        lanes = self.lossless_lanes()
-        if not lanes:
-            return {}
-        stats = system.run(["tc", "-s", "qdisc", "show"]).stdout
-        stats += "".join(self.host(ep).cmd("tc -s qdisc show") for ep in fg.endpoints(self.graph))
-        return flowcontrol.lane_drops(stats, lanes)
-
-    def _stop_flow_control(self) -> None:
-        if self.pfc_counters is not None:
-            self.pfc_counters.close()
-            self.pfc_counters = None
-        if self._pfc is not None:
-            self._pfc.terminate()
-            try:
-                self._pfc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._pfc.kill()
-                self._pfc.wait()
-            self._pfc = None
-        self._pfc_links = []
-        self._pfc_map_ids = {}
-
-    def _tc_in_root_mounts(self, endpoint: str, batch: Path) -> None:
-        """Run a ``tc -batch`` file in ``endpoint``'s network namespace with this
-        process's mounts (BPF loading needs the bpf filesystem)."""
-        system.run(["nsenter", "-t", str(self.host(endpoint).pid), "-n",
-                    "tc", "-batch", str(batch)], timeout=60)
 
     def _describe_nics(self, endpoint: str) -> None:
         """Tell Mininet's interface objects the addresses the host batch gave them, so
@@ -597,53 +416,6 @@ class Emulation:
             intf = host.intf(fg.intf_name(endpoint, nic["port"]))
             intf.ip, intf.mac = nic["ip"], nic["mac"]
             intf.prefixLen = int(nic["prefix"].split("/")[1])
-
-    def save_controller_log(self, path: Path) -> bool:
-        """Copy the log of the controller this emulation started to ``path`` (the
-        scratch copy goes at teardown); False when it started none (remote)."""
-        log = self.workdir / "controller.log" if self.workdir else None
-        if log is None or not log.exists():
-            return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(log, path)
-        return True
-
-    @property
-    def controller_address(self) -> tuple[str, int]:
-        """Where the switches connect: the remote controller's, or ours on loopback."""
-        if self.options.remote_controller:
-            return ports.parse_remote_controller(self.options.remote_controller)
-        return "127.0.0.1", self.options.controller_port
-
-    def wait_until_routed(self, timeout_s: float = CONTROLLER_READY_TIMEOUT_S) -> None:
-        """Block until the controller has confirmed every switch's routes.
-
-        An app that cannot say when its routes are in (your own, not built on
-        :class:`controllers.base.PolicyApp`: its status says
-        ``"reports_ready": false``) is waited for until every switch's
-        controller connection is up.
-        """
-        switches = fg.switches(self.graph)
-        deadline = time.monotonic() + timeout_s
-        done, reports = 0, True
-        while time.monotonic() < deadline:
-            if self._controller is not None and self._controller.poll() is not None:
-                raise EmulationError(f"the controller exited ({self._controller.returncode}): "
-                                     f"{_tail(self.workdir / 'controller.log')}")
-            status = self.controller_status()
-            if status.get("errors"):
-                raise EmulationError(f"the controller reported: {status['errors'][0]}")
-            # a remote controller writes no status: connections are all there is to see
-            reports = status.get("reports_ready", self._controller is not None)
-            done = (len(status.get("ready", [])) if reports
-                    else len(ovs.connected_bridges(switches)))
-            if done == len(switches):
-                return
-            time.sleep(0.02 if reports else 0.2)
-        what = "had their routes confirmed" if reports else "connected"
-        raise EmulationError(f"only {done} of {len(switches)} switches {what} within "
-                             f"{timeout_s:.0f} s; controller log: "
-                             f"{_tail(self.workdir / 'controller.log')}")
 
     # -- teardown -------------------------------------------------------------
 
@@ -656,10 +428,12 @@ class Emulation:
         done: list[str] = []
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            self._stop_flow_control()  # first: it opens its gates while the links exist
+            if self.flow_control:  # first: it opens its gates while the links exist
+                self.flow_control.stop()
             if self.adaptive_routing is not None:
                 self.adaptive_routing.close()
                 self.adaptive_routing = None
+            self.links = None
             if self.net is not None:
                 ours = {p["pid"] for p in self.state.processes}
                 system.kill_trees([(pid, None) for pid in runstate.stray_processes(self.state)
@@ -669,17 +443,13 @@ class Emulation:
                 except Exception as exc:  # the undo log below removes the rest
                     done.append(f"mininet stop failed: {exc}")
                 self.net = None
-            if self._controller is not None:
-                system.kill_tree(self._controller.pid, expect="controllers")
-                self._controller.wait(timeout=10)
-                self._controller = None
+            self.controller.stop()
             if self.state is not None:
                 done += runstate.undo(self.state)
                 self.state = None
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return done
-
 
     def leftovers(self) -> list[str]:
         """After :meth:`stop`: whatever this run made that still exists (should be empty)."""
@@ -694,13 +464,6 @@ def tcp_congestion_controls() -> list[str]:
         return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
     except OSError:
         return []
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 @contextmanager

@@ -20,27 +20,28 @@ import re
 import resource
 import selectors
 import subprocess
-import sys
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import networkx as nx
 
-from fabric.emulation import fidelity, flowcontrol, hostconfig, ovs
+from fabric.children import log_tail, start_python
+from fabric.emulation import fidelity, hostconfig, ovs
+from fabric.emulation.flow_control_session import LosslessWatch
 from fabric.emulation.flowmon import FlowKey, FlowMonitor, path_from_switches
-from fabric.emulation.linkstats import LinkSampler, LinkSeries
-from fabric.emulation.network import PROJECT_ROOT, Emulation
+from fabric.emulation.linkstats import LinkSampler
+from fabric.emulation.network import Emulation
 from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
 from fabric.errors import UserError
 from fabric.host import system
 from fabric.model import graph as fg
-from fabric.model.flowcontrol import spare_headroom_pkts
 from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, ScheduleError, Transfer,
                                   TransportSpec, destination_ip, source_ports, tcp_connection_keys,
                                   validate_schedule)
+from fabric.traffic.result import LinkSeries, TrafficResult
 
 # a plan's provisional start; in an emulation the agents say when they are listening
 # (which takes longer the more hosts there are) and all get one start time this far
@@ -48,13 +49,10 @@ from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, ScheduleError,
 START_LEAD_S = 1.5
 GO_LEAD_S = 0.3
 READY_TIMEOUT_S = 60.0
-# Agent processes per run (more when one would run out of file descriptors). Measured
-# (benchmarks/traffic.py, rail-clos, sprayed permutation at 7.5 Mbit/s, 16 endpoints):
-# a process per endpoint used 0.73-0.78 cores (each woke 213 times a second, and a
-# wake-up costs this VM 30-230 us of CPU), kept the machine 92 % busy and its timers
-# were late by 1.3 ms at the median, 8.8 ms at p99; two processes 0.44 cores (71 %,
-# 0.22 / 1.7 ms); one 0.35 (66 %, 0.10 / 1.15 ms), and 0.53 at 11 Mbit/s, where
-# ovs-vswitchd's forwarding thread (0.87 of a core) is the limit.
+# Agent processes per run (more when one would run out of file descriptors): on a VM a
+# wake-up costs more than the work it serves, and one process for all endpoints wakes
+# far less often than one per endpoint, at half the CPU and with its timers on time
+# (measured: docs/benchmarks.md, "One agent process for all hosts").
 AGENT_PROCESSES = 1
 # Above the launcher, the controller and the samplers that share the agents' cores:
 # one process now carries every host's NIC (a nice of -10 weighs about as much as the
@@ -65,47 +63,6 @@ MIN_RTO_ROUTE_FLOOR_MS = 8  # HZ=250 kernels round smaller values up
 
 class TrafficError(UserError, RuntimeError):
     """The traffic could not be run (bad schedule, agents failed to start)."""
-
-
-@dataclass
-class TrafficResult:
-    """Everything one run measured."""
-
-    plan: Plan
-    agents: dict[str, dict]
-    links: LinkSeries
-    paths: dict[str, list[str]]  # transfer id -> node path (first connection)
-    ingress_drops: dict[str, int]  # endpoint -> packets dropped at its ingress buffer
-    fidelity: list[fidelity.Check]
-    errors: list[str] = field(default_factory=list)
-    # under flow control: per link direction and lossless lane, what it paused, held and
-    # dropped during the run (fabric.emulation.flowcontrol.link_rows)
-    flow_control: list[dict[str, Any]] = field(default_factory=list)
-
-    def transfer_rows(self) -> list[dict[str, Any]]:
-        """One row per transfer: sender and receiver view merged."""
-        rows: dict[str, dict[str, Any]] = {t.id: {"id": t.id, "src": t.src, "dst": t.dst,
-                                                  "bytes": t.bytes, "tag": t.tag}
-                                           for t in self.plan.transfers}
-        for agent in self.agents.values():
-            for rec in agent.get("transfers", []):
-                row = rows.get(rec["id"])
-                if row is None:
-                    continue
-                prefix = "send_" if rec["role"] == "send" else "recv_"
-                for key, value in rec.items():
-                    if key not in ("id", "role"):
-                        row[prefix + key] = value
-        for row in rows.values():
-            start, end = row.get("send_start"), row.get("recv_end")
-            row["fct_s"] = (end - start) if start is not None and end is not None else None
-            row["path"] = self.paths.get(row["id"])
-        return list(rows.values())
-
-    @property
-    def complete(self) -> bool:
-        """True when every transfer's last byte arrived."""
-        return all(r["fct_s"] is not None for r in self.transfer_rows())
 
 
 def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSpec,
@@ -352,6 +309,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     """
     involved = sorted({t.src for t in plan.transfers} | {t.dst for t in plan.transfers})
     groups = _process_groups(plan, involved)
+    workdir = workdir.resolve()  # the agents start in the source root
     workdir.mkdir(parents=True, exist_ok=True)
     keys, first_key = flow_keys(plan)
     monitor = FlowMonitor(emu.graph, keys) if monitor_paths else None
@@ -366,7 +324,9 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
         emu.state.root_intfs, packet_bytes * 8 / (rates.host_mbps * 1e6) if rates else None,
         packet_bytes + ETHERNET_HEADER_BYTES)
     agents: dict[str, subprocess.Popen] = {}  # label (its endpoints) -> process
-    with lossless_watch(emu, plan) as lossless:
+    watch = emu.flow_control.watch(plan.start_at) if emu.flow_control else nullcontext(
+        LosslessWatch())
+    with watch as lossless:
         checks, errors, logs, series = _run_agents(emu, plan, plan_path, workdir, groups,
                                                    agents, fid, sample_interval_s)
     results = _read_reports(workdir, involved, logs, errors)
@@ -402,55 +362,6 @@ def _run_agents(emu: Emulation, plan: Plan, plan_path: Path, workdir: Path,
     return checks, errors, logs, sampler.series
 
 
-@dataclass
-class LosslessWatch:
-    """What flow control did during a run: rows per link and lane, and its check."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    checks: list[fidelity.Check] = field(default_factory=list)
-
-
-@contextmanager
-def lossless_watch(emu: Emulation, plan: Plan) -> Iterator[LosslessWatch]:
-    """Measure flow control around the body (nothing without it): every link direction's
-    pauses (their share of the time from ``plan``'s start), deepest buffer and drops;
-    the check that no lossless lane dropped a packet, at a switch's admission or in any
-    egress queue; drops behind a pause that came later than the headroom covers are the
-    machine's load (it ran the flow-control daemon late), counted in a check of their
-    own."""
-    watch = LosslessWatch()
-    counters = emu.pfc_counters
-    if counters is None:
-        yield watch
-        return
-    lanes = emu.lossless_lanes()
-    before, queues_before = counters.read(lanes), emu.lossless_queue_drops()
-    counters.reset_max_held(lanes)
-    since = time.monotonic_ns()
-    yield watch
-    after, queues_after = counters.read(lanes), emu.lossless_queue_drops()
-    watch.rows = flowcontrol.link_rows(emu.graph, before, after, time.time() - plan.start_at,
-                                       emu.options.packet_bytes + ETHERNET_HEADER_BYTES)
-    late = emu.pause_lateness(since)
-    spare = spare_headroom_pkts(emu.options.flow_control)
-    admission = sum(r["drops"] for r in watch.rows)
-    behind_late = flowcontrol.drops_behind_late_pauses(watch.rows, late, spare)
-    queued = sum(v - queues_before.get(k, 0) for k, v in queues_after.items())
-    dropped = admission - behind_late + queued
-    watch.checks.append(fidelity.Check(
-        "lossless_drops", dropped, 0, dropped == 0,
-        f"{admission} at a full headroom ({behind_late} of them behind a pause that came "
-        f"late: see late_pause_drops), {queued} in egress queues of lossless lanes"))
-    worst = max(late.values(), default=0.0)
-    watch.checks.append(fidelity.Check(
-        "late_pause_drops", behind_late, 0, behind_late == 0,
-        f"pauses took effect up to {worst:.2f} packet times after the modelled reaction; "
-        f"the headroom leaves {spare:g} spare"))
-    running = emu.flow_control_running()
-    watch.checks.append(fidelity.Check("flow_control_daemon", float(running), 1.0, running,
-                                       "serving" if running else "it exited: see pfc.log"))
-
-
 def _process_groups(plan: Plan, involved: list[str]) -> list[list[str]]:
     """The endpoints each agent process serves, within this process's open-files limit."""
     fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -466,17 +377,16 @@ def _launch_agents(emu: Emulation, plan_path: Path, workdir: Path, groups: list[
                    ) -> dict[str, Path]:
     """Start one agent process per group (into ``agents``, so that a failure half-way
     still stops the ones started); return each endpoint's process log."""
-    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
     logs: dict[str, Path] = {}
     for index, group in enumerate(groups):
-        command = [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path),
-                   "--out", str(workdir / "agent-{host}.json"), "--start-gate"]
+        args = ["--plan", str(plan_path), "--out", str(workdir / "agent-{host}.json"),
+                "--start-gate"]
         for ep in group:
-            command += ["--host", ep, "--netns-pid", f"{ep}={emu.host(ep).pid}"]
+            args += ["--host", ep, "--netns-pid", f"{ep}={emu.host(ep).pid}"]
         logs.update(dict.fromkeys(group, workdir / f"agents-{index}.log"))
         with open(logs[group[0]], "wb") as log:
-            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=log, env=env, cwd=PROJECT_ROOT)
+            proc = start_python("fabric.agent", args, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=log)
         agents[", ".join(group)] = proc
         # it runs outside the hosts: a crashed launcher's clean-up must find it by pid
         emu.state.add_process(proc.pid, expect="fabric.agent")
@@ -513,7 +423,7 @@ def _read_reports(workdir: Path, involved: list[str], logs: dict[str, Path],
         try:
             results[ep] = json.loads((workdir / f"agent-{ep}.json").read_text())
         except (OSError, ValueError):
-            errors.append(f"agent on {ep} wrote no report: {_tail(logs[ep])}")
+            errors.append(f"agent on {ep} wrote no report: {log_tail(logs[ep], 3)}")
     return results
 
 
@@ -539,13 +449,6 @@ def _transport_checks(plan: Plan, results: dict[str, dict]) -> list[fidelity.Che
     return [fidelity.tcp_segment_check(
         part["mss"] for report in results.values() for record in report.get("transfers", [])
         for part in record.get("parts", []) if part.get("mss"))]
-
-
-def _tail(path: Path, lines: int = 3) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def idle_path_check(emu: Emulation, transport: TransportSpec, workdir: Path,

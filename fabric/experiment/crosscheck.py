@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from fabric.analysis.report import ideal_spans
+from fabric.analysis.report import ideal_transfers
 from fabric.emulation import Emulation, EmulationOptions, capacity
 from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment.checks import fidelity_of
@@ -28,6 +28,7 @@ from fabric.routing.policies import multipath, sprays
 from fabric.simulation import simulate
 from fabric.simulation.scenario import Fabric
 from fabric.traffic.model import SPRAY_ENTROPY_PORTS, TransportSpec
+from fabric.traffic.result import records, timings
 from fabric.traffic.workloads import norm_throughput, pattern_transfers
 
 
@@ -52,13 +53,9 @@ class Cell:
 def _measure(graph: Any, result: Any, pattern: str, ranks: list[str], size: Any,
              host_mbps: float, link_mbps: Any, spray: bool) -> tuple[float, float]:
     """Mean flow rate over line rate, measured and on the run's ideal."""
-    rows = result.transfer_rows()
-    measured = norm_throughput(pattern, {r["id"]: (r["send_start"], r["recv_end"], r["bytes"])
-                                         for r in rows}, ranks, size, host_mbps)
-    spans = ideal_spans(result, graph, link_mbps, spray)
-    ideal = norm_throughput(pattern, {r["id"]: (spans[r["id"]].start, spans[r["id"]].end,
-                                                r["bytes"]) for r in rows}, ranks, size,
-                            host_mbps)
+    measured = norm_throughput(pattern, timings(records(result.transfer_rows())), ranks, size, host_mbps)
+    ideal = norm_throughput(pattern, timings(ideal_transfers(result, graph, link_mbps, spray)),
+                            ranks, size, host_mbps)
     return measured, ideal
 
 

@@ -19,12 +19,12 @@ from typing import Any, Callable, Iterable, Iterator
 from fabric.emulation import Emulation
 from fabric.emulation.capture import capture
 from fabric.emulation.machine_speed import default_host_mbps
-from fabric.emulation.traffic import TrafficResult, build_plan, idle_path_check, run_plan
+from fabric.emulation.traffic import build_plan, idle_path_check, run_plan
 from fabric.experiment.checks import fidelity_of, overload_text, overloaded, run_checks
 from fabric.experiment.context import CaptureSpec, RunContext
 from fabric.experiment.runs import Progress, RowFunction, RunLog, Scheduled
 from fabric.traffic.model import Plan, Transfer, TransportSpec
-from fabric.traffic.result import Check, RunResult
+from fabric.traffic.result import Check, RunResult, TrafficResult
 
 WARM_UP_PACKETS = 16  # per transfer, before a bring-up's first measured run
 # The idle-path flow is the first traffic of a fresh bring-up: it pays for ovs-vswitchd's
@@ -133,7 +133,7 @@ class EmulatorBackend:
                 self._run_logged(fabric, run, transport, workdir, progress, row_of, log,
                                  deadline_s, ctx.capture, idle)
         finally:  # the controller's log goes with the run, whatever happened
-            fabric.save_controller_log(workdir / "controller.log")
+            fabric.controller.save_log(workdir / "controller.log")
 
     def _run_logged(self, emu: Any, run: Scheduled, transport: TransportSpec, workdir: Path,
                     progress: Progress, row_of: RowFunction, log: RunLog, deadline_s: float,

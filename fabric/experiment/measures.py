@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from fabric.analysis.report import ideal_spans, ideal_steady_rates
-from fabric.traffic.result import RunResult
+from fabric.analysis.report import ideal_steady_rates, ideal_transfers
+from fabric.traffic.result import RunResult, records, span_s as records_span_s
 from fabric.traffic import metrics, sizing
 from fabric.traffic.model import TransportSpec
 
@@ -50,12 +50,9 @@ def steady_measures(result: Any, graph: Any, link_mbps: Any, spray: bool,
 def ideal_rows(result: RunResult, graph: Any, link_mbps: Any, spray: bool = False
                ) -> list[dict[str, Any]] | None:
     """The run's transfer rows as a perfect transport would have made them on the same
-    paths (:func:`fabric.analysis.report.ideal_spans`); None when a path is unknown."""
-    spans = ideal_spans(result, graph, link_mbps, spray)
-    if spans is None:
-        return None
-    return [{**r, "send_start": spans[r["id"]].start, "recv_end": spans[r["id"]].end,
-             "fct_s": spans[r["id"]].seconds} for r in result.transfer_rows()]
+    paths (:func:`fabric.analysis.report.ideal_transfers`); None when a path is unknown."""
+    ideal = ideal_transfers(result, graph, link_mbps, spray)
+    return None if ideal is None else [dict(t.fields) for t in ideal]
 
 
 def against_ideal(measured: float | None, ideal: float | None) -> dict[str, float | None]:
@@ -66,10 +63,8 @@ def against_ideal(measured: float | None, ideal: float | None) -> dict[str, floa
 
 def span_s(rows: list[dict[str, Any]]) -> float | None:
     """Seconds from the first send of ``rows`` (transfer rows) to the last byte received;
-    None when there are none or any is incomplete."""
-    if not rows or any(r["fct_s"] is None for r in rows):
-        return None
-    return max(r["recv_end"] for r in rows) - min(r["send_start"] for r in rows)
+    None when there are none, any is incomplete or no time passed."""
+    return records_span_s(records(rows))
 
 
 def truthy(value: Any) -> bool:

@@ -53,8 +53,8 @@ def test_the_switches_move_packets_to_the_less_occupied_uplink(tmp_path: Path) -
 
         spine = sorted(n for n in graph.neighbors(leaf) if fg.is_switch(graph, n))[0]
         cut = fg.intf_name(leaf, fg.port(graph, leaf, spine))
-        emu.set_link_state([(leaf, spine)], up=False)
-        emu.wait_until_healed()
+        emu.links.set_state([(leaf, spine)], up=False)
+        emu.controller.wait_until_healed()
         before = emu.adaptive_routing.counters()[cut]
         again = run_plan(emu, build_plan(emu, transfers, transport), tmp_path / "down")
         assert again.complete, again.errors
@@ -75,7 +75,7 @@ def test_a_slowed_uplink_gets_less_of_the_traffic(tmp_path: Path) -> None:
                    ) as emu:
         leaf = next(iter(graph.neighbors("h0g0")))
         spine = sorted(n for n in graph.neighbors(leaf) if fg.is_switch(graph, n))[0]
-        emu.set_link_rate(leaf, spine, emu.report.rate_plan.host_mbps / 4)
+        emu.links.set_rate(leaf, spine, emu.report.rate_plan.host_mbps / 4)
         result = run_plan(emu, build_plan(emu, transfers, transport), tmp_path)
         assert result.complete, result.errors
         counters = emu.adaptive_routing.counters()

@@ -154,11 +154,11 @@ def test_link_down_during_traffic_is_routed_around_within_a_second() -> None:
             subprocess.run(["ip", "link", "set", "dev", dev, "down"], check=True)
             result = finish(client)
         server.wait(timeout=10)
-        status = emu.controller_status()
+        status = emu.controller.status()
         reach = check_all_pairs(graph, emu.host)
         subprocess.run(["ip", "link", "set", "dev", dev, "up"], check=True)
         time.sleep(1)
-        healed = emu.controller_status()
+        healed = emu.controller.status()
     # Delivery to the receiver, every 50 ms, from its leaf's port counters.
     delivered = [(t, rates[("r0l1", DST)]) for t, rates in sampler.series.rates_mbps()]
     during = [(t, r) for t, r in delivered if t >= cut_at - 0.05]
@@ -186,11 +186,11 @@ def test_fabric_survives_an_open_vswitch_restart() -> None:
         time.sleep(2)
         assert ovs.restart_vswitchd() == []  # the new daemon forwards at real-time priority too
         deadline = time.monotonic() + 5
-        while len(emu.controller_status().get("ready", [])) == len(fg.switches(graph)):
+        while len(emu.controller.status().get("ready", [])) == len(fg.switches(graph)):
             if time.monotonic() > deadline:
                 break  # reconnection was faster than we could observe
             time.sleep(0.05)
-        emu.wait_until_routed(timeout_s=20)
+        emu.controller.wait_until_routed(timeout_s=20)
         result = finish(client)
         server.wait(timeout=10)
         reach = check_all_pairs(graph, emu.host)

@@ -129,8 +129,8 @@ def test_a_rate_change_rebuilds_the_marker_for_the_new_rate():
     graph = topologies.build("leaf-spine")
     with Emulation(graph, EmulationOptions()) as emu:
         queue_pkts = emu.options.queue_pkts
-        emu.set_link_rate("l0h0", "l0", 1.0)
-        emu.set_link_rate("l0", "s0", 1.0)
+        emu.links.set_rate("l0h0", "l0", 1.0)
+        emu.links.set_rate("l0", "s0", 1.0)
         new = ecn.marker_object(1.0, queue_pkts, ecn.EcnMarking()).name
         assert new in _filters(emu, "l0h0", hostconfig.ifb_name("l0h0", 0))
         assert new in _filters(emu, "l0", fg.intf_name("l0", fg.port(graph, "l0", "s0")))

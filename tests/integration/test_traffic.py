@@ -47,7 +47,7 @@ def test_roce_delivers_every_byte_once_when_sprayed_over_a_slow_path(tmp_path: P
         # so it arrives after it. The path carries a quarter of the packets, less
         # than its capacity, so the delay is fixed rather than a growing queue.
         host_mbps = emu.report.rate_plan.host_mbps
-        emu.set_link_rate("r0l0", "sp0", host_mbps / 3)
+        emu.links.set_rate("r0l0", "sp0", host_mbps / 3)
         result = run_plan(emu, build_plan(emu, transfers, transport), tmp_path)
     assert result.complete, result.errors
     (row,) = result.transfer_rows()

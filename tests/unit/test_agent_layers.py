@@ -141,7 +141,7 @@ def test_package_init_is_a_docstring_only(init):
 
 
 def test_local_processes_put_this_copy_of_fabric_on_the_path():
-    from fabric.agent.local.processes import SOURCE_ROOT
+    from fabric.children import SOURCE_ROOT
 
     assert SOURCE_ROOT == ROOT and (SOURCE_ROOT / "fabric" / "agent" / "__main__.py").exists()
 

@@ -45,7 +45,7 @@ def _run(tmp_path: Path, outcomes: dict[int, list[SimpleNamespace]],
     log = RunLog(attempts=attempts)
     backend = EmulatorBackend(traffic=fake_traffic, idle=lambda emu, transport, workdir:
                               fidelity.Check("idle_path_rate", 0.98, 0.9, True))
-    backend.run(RunContext(tmp_path), SimpleNamespace(save_controller_log=lambda path: None),
+    backend.run(RunContext(tmp_path), SimpleNamespace(controller=SimpleNamespace(save_log=lambda path: None)),
                 runs, TransportSpec("roce"), tmp_path, Progress(2, "test"),
                 lambda run, result, report: {"delay": result.fidelity[0].value}, log)
     assert prepared == [int(d.split("-")[0]) for d in dirs]  # every attempt is prepared

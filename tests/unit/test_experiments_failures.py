@@ -11,8 +11,8 @@ import pytest
 
 import topologies
 from experiments import EXPERIMENTS, failures
-from fabric.experiment import RunContext
-from fabric.analysis import results
+from fabric.experiment import RunContext, faults
+from fabric.analysis import disruption, results
 from fabric.cli.run import format_table
 from fabric.emulation import fidelity
 from fabric.model import graph as fg
@@ -100,16 +100,16 @@ def test_reroute_is_the_first_packet_sent_after_the_cut_that_arrived():
         _row("done", 8.0, 9.5, [(9.4, 9.3)]),          # finished before the cut
         _row("later", 10.5, 11.0, [(10.9, 10.8)]),     # started after it
     ]
-    assert failures.reroute_ms(rows, cut) == pytest.approx(150.0)
-    assert failures.reroute_ms(rows, None) is None
-    assert failures.reroute_ms(rows[2:], cut) is None
+    assert disruption.reroute_ms(rows, cut) == pytest.approx(150.0)
+    assert disruption.reroute_ms(rows, None) is None
+    assert disruption.reroute_ms(rows[2:], cut) is None
 
 
 def test_stall_is_the_longest_gap_in_any_transfers_delivery():
     rows = [_row("a", 1.0, 2.0, [(1.05, 1.0), (1.1, 1.05), (1.6, 1.55), (2.0, 1.95)]),
             _row("b", 1.0, 1.5, [(1.3, 1.2), (1.5, 1.45)])]   # 300 ms to its first packet
-    assert failures.stall_ms(rows) == pytest.approx(500.0)
-    assert failures.stall_ms([{"send_start": 1.0}]) is None
+    assert disruption.stall_ms(rows) == pytest.approx(500.0)
+    assert disruption.stall_ms([{"send_start": 1.0}]) is None
 
 
 def test_a_transfer_queued_behind_another_on_its_connection_is_not_stalled():
@@ -118,11 +118,11 @@ def test_a_transfer_queued_behind_another_on_its_connection_is_not_stalled():
     rows = [_row("a", 1.0, 2.0, [(1.2, 1.1), (1.6, 1.5), (2.0, 1.9)]),
             _row("b", 1.0, 2.5, [(2.1, 2.0), (2.5, 2.4)])]
     same = {"a": "qp", "b": "qp"}
-    assert failures.stall_ms(rows, same) == pytest.approx(400.0)
-    assert failures.stall_ms(rows) == pytest.approx(1100.0)  # each transfer alone
+    assert disruption.stall_ms(rows, same) == pytest.approx(400.0)
+    assert disruption.stall_ms(rows) == pytest.approx(1100.0)  # each transfer alone
     # an idle connection that gets a transfer waits from its start
     idle = [_row("a", 1.0, 1.2, [(1.2, 1.1)]), _row("b", 3.0, 3.5, [(3.5, 3.4)])]
-    assert failures.stall_ms(idle, {"a": "qp", "b": "qp"}) == pytest.approx(500.0)
+    assert disruption.stall_ms(idle, {"a": "qp", "b": "qp"}) == pytest.approx(500.0)
 
 
 def test_reroute_counts_a_connection_once_with_its_queued_transfers():
@@ -130,28 +130,28 @@ def test_reroute_counts_a_connection_once_with_its_queued_transfers():
     # a is sending at the cut; b, queued behind it, sends only from 10.6 on
     rows = [_row("a", 9.0, 10.5, [(9.9, 9.8), (10.2, 10.05), (10.5, 10.4)]),
             _row("b", 9.5, 11.0, [(10.7, 10.6), (11.0, 10.9)])]
-    assert failures.reroute_ms(rows, cut, {"a": "qp", "b": "qp"}) == pytest.approx(50.0)
-    assert failures.reroute_ms(rows, cut) == pytest.approx(600.0)
+    assert disruption.reroute_ms(rows, cut, {"a": "qp", "b": "qp"}) == pytest.approx(50.0)
+    assert disruption.reroute_ms(rows, cut) == pytest.approx(600.0)
 
 
 def test_lost_bytes_counts_what_never_arrived():
     rows = [_row("a", 1.0, 2.0, [], nbytes=3000), _row("b", 1.0, None, [], 3000, received=1000)]
-    assert failures.lost_bytes(rows) == 2000
+    assert disruption.lost_bytes(rows) == 2000
 
 
 def test_controller_reaction_is_its_first_route_update_for_a_port_down():
     events = [{"time": 9.0, "what": "r0l0 port 5 down: updated 3 switches"},
               {"time": 10.02, "what": "r0l0 weights: updated 1 switches"},
               {"time": 10.03, "what": "sp0 port 1 down: updated 5 switches"}]
-    assert failures.controller_ms(events, 10.0) == pytest.approx(30.0)
-    assert failures.controller_ms(events, None) is None
-    assert failures.controller_ms(events[:2], 10.0) is None
+    assert disruption.controller_ms(events, 10.0) == pytest.approx(30.0)
+    assert disruption.controller_ms(events, None) is None
+    assert disruption.controller_ms(events[:2], 10.0) is None
 
 
 def test_delivery_timeline_bins_every_arrival_and_keeps_empty_bins():
     rows = [_row("a", 0.0, 1.0, [(10.01, 0), (10.02, 0), (10.16, 0)]),
             _row("b", 0.0, 1.0, [(9.97, 0)])]
-    assert failures.delivery_timeline(rows, origin=10.0, bin_s=0.05) == [
+    assert disruption.delivery_timeline(rows, origin=10.0, bin_s=0.05) == [
         (-0.05, 1), (0.0, 2), (0.05, 0), (0.1, 0), (0.15, 1)]
 
 
@@ -177,7 +177,7 @@ def small():
 
 def _ideal(graph, base, scenario=None, events=(), slow=None):
     transfers = [Transfer("x", "l0h0", "l1h0", 1_250_000)]   # 10 Mbit
-    return failures.ideal_time_s(graph, transfers, base, ideal.Overhead(), scenario,
+    return faults.ideal_time_s(graph, transfers, base, ideal.Overhead(), scenario,
                                  list(events), slow)
 
 
@@ -185,7 +185,7 @@ def test_ideal_with_a_spare_path_is_bound_by_the_host_link(small):
     graph, base = small
     healthy = _ideal(graph, base)
     assert healthy == pytest.approx(1.0)
-    cut = failures.Scenario("link-down", (), target="l0-s0")
+    cut = faults.Scenario("link-down", (), target="l0-s0")
     # one of two uplinks lost at 0.5 s: the other still carries the whole 10 Mbit/s
     assert _ideal(graph, base, cut, [(0.5, False, (("l0", "s0"),))]) == pytest.approx(1.0)
 
@@ -198,10 +198,10 @@ def test_ideal_slows_when_the_remaining_capacity_is_below_the_demand(small):
             half[(a, b)] = half[(b, a)] = 5.0   # two 5 Mbit/s paths: 10 in all
     assert _ideal(graph, half) == pytest.approx(1.0)
     # one path down at 0.5 s: the last 5 Mbit go at 5 Mbit/s, ending at 1.5 s
-    cut = failures.Scenario("link-down")
+    cut = faults.Scenario("link-down")
     assert _ideal(graph, half, cut, [(0.5, False, (("l0", "s0"),))]) == pytest.approx(1.5)
     # one path at a quarter (1.25 Mbit/s) from the start: 6.25 Mbit/s, 1.6 s
-    slow = failures.Scenario("degraded", slow=(("l0", "s0"),))
+    slow = faults.Scenario("degraded", slow=(("l0", "s0"),))
     assert _ideal(graph, half, slow, slow=1.25) == pytest.approx(1.6)
 
 
@@ -215,29 +215,26 @@ def test_the_injector_keeps_controller_events_the_status_window_dropped():
 
         def __init__(self):
             self.events = []
+            self.links = SimpleNamespace(set_state=self.set_state)
+            self.controller = SimpleNamespace(wait_until_healed=lambda: None,
+                                              status=lambda: {"events": self.events[-1:]})
 
-        def set_link_state(self, links, up):
+        def set_state(self, links, up):
             self.events.append({"time": time.time() + 0.005,  # the controller reacts
                                 "what": f"r0l0 port 5 {'up' if up else 'down'}: updated 1"})
 
-        def wait_until_healed(self):
-            pass
-
-        def controller_status(self):
-            return {"events": self.events[-1:]}
-
     emu = WindowOfOne()
-    scenario = failures.Scenario("flapping", tuple(
-        failures.Action(0.02 * i, i % 2 == 1, link) for i in range(4)))
-    injection = failures.Injection(scenario)
+    scenario = faults.Scenario("flapping", tuple(
+        faults.Action(0.02 * i, i % 2 == 1, link) for i in range(4)))
+    injection = faults.Injection(scenario)
     plan = SimpleNamespace(start_at=time.time())
-    with failures.inject(emu, plan, injection):
+    with faults.inject(emu, plan, injection):
         time.sleep(0.2)
     acted = emu.events[:len(scenario.actions)]   # then the injector restores the link
     assert injection.controller_events == acted
-    cut = failures.first_cut(injection)
-    assert failures.controller_ms(injection.controller_events, cut) < 10.0  # the first cut's
-    assert failures.merge_events(emu.events[:2], emu.events[1:]) == emu.events
+    cut = faults.first_cut(injection)
+    assert disruption.controller_ms(injection.controller_events, cut) < 10.0  # the first cut's
+    assert faults.merge_events(emu.events[:2], emu.events[1:]) == emu.events
 
 
 # --- run() against a fake fabric ------------------------------------------------------------
@@ -247,17 +244,17 @@ class FakeEmulation(fake_emulation.FakeEmulation):
 
     actions: list = []
 
-    def set_link_state(self, links, up):
-        FakeEmulation.actions.append(("up" if up else "down", tuple(links)))
-
-    def set_link_rate(self, a, b, mbps):
-        FakeEmulation.actions.append(("rate", ((a, b),), mbps))
-
-    def wait_until_healed(self):
-        FakeEmulation.actions.append(("healed",))
-
-    def controller_status(self):
-        return {"events": [{"time": time.time(), "what": "r0l0 port 5 down: updated 2 switches"}]}
+    def __init__(self, graph, options):
+        super().__init__(graph, options)
+        actions = FakeEmulation.actions
+        self.links = SimpleNamespace(
+            set_state=lambda links, up: actions.append(("up" if up else "down", tuple(links))),
+            set_rate=lambda a, b, mbps: actions.append(("rate", ((a, b),), mbps)))
+        self.controller = SimpleNamespace(
+            save_log=lambda path: False,
+            wait_until_healed=lambda: actions.append(("healed",)),
+            status=lambda: {"events": [{"time": time.time(),
+                                        "what": "r0l0 port 5 down: updated 2 switches"}]})
 
 
 def _fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, during=None):

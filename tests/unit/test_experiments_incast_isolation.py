@@ -13,7 +13,7 @@ import topologies
 from experiments import EXPERIMENTS, incast, isolation
 from fabric.experiment.checks import completion_check
 from fabric.analysis import results
-from fabric.emulation.traffic import TrafficResult
+from fabric.traffic.result import TrafficResult
 from fabric.model import graph as fg
 from fabric.model.lanes import DSCP_COLLECTIVE, DSCP_STORAGE
 from fabric.traffic.model import Plan, validate_schedule

@@ -12,7 +12,7 @@ from experiments import storage as st
 from fabric.experiment import RunContext
 from fabric.analysis import results
 from fabric.cli.run import format_table
-from fabric.emulation.traffic import TrafficResult
+from fabric.traffic.result import TrafficResult
 from fabric.model import graph as fg
 from fabric.traffic.model import Plan, ScheduleError, dependency_order, validate_schedule
 from tests import fake_emulation

@@ -26,7 +26,7 @@ def test_the_first_run_is_preceded_by_a_few_packets_of_its_transfers(tmp_path: P
             for seed in (7, 8)]
     log = RunLog()
     EmulatorBackend(traffic=fake_traffic, idle=idle_ok).run(
-        RunContext(tmp_path), SimpleNamespace(save_controller_log=lambda path: None), runs,
+        RunContext(tmp_path), SimpleNamespace(controller=SimpleNamespace(save_log=lambda path: None)), runs,
         transport, tmp_path, Progress(2, "test"), lambda run, result, report: {}, log)
     assert calls == [("warm-up", [WARM_UP_PACKETS * 1000, 500], 7),
                      ("7", [10**6, 500], 7), ("8", [10**6, 500], 8)]

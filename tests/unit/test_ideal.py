@@ -9,8 +9,7 @@ import pytest
 
 import topologies
 from fabric.analysis.report import ideal_spans
-from fabric.emulation.linkstats import LinkSeries
-from fabric.emulation.traffic import TrafficResult
+from fabric.traffic.result import LinkSeries, TrafficResult
 from fabric.traffic.ideal import (ROCE_DATA_OVERHEAD, Change, FluidTransfer, Overhead,
                                   ack_load, last_packet_bytes, link_capacity, max_min_rates,
                                   path_load, shortest_path, simulate, spray_load, store_and_forward_s,

@@ -3,8 +3,8 @@
 ``fabric/`` is one folder per layer. :data:`LAYERS` says which layers each may
 import (its own modules always); every layer's ``__init__`` docstring states
 the same in a ``May import:`` line. fabric's top-level modules (:data:`SHARED`:
-the user-error base class and the argument types) import nothing of fabric and
-every layer and package may use them. The command line (``fabric.cli``) sits
+the user-error base class, the argument types and how child Pythons start)
+import nothing of fabric and every layer and package may use them. The command line (``fabric.cli``) sits
 above everything. Mininet is imported only by the emulation layer, lazily;
 os-ken only by ``controllers/`` and ``fabric/testing/``. Nothing is allowed by
 name: there is no exception list.
@@ -44,8 +44,9 @@ LAYERS: dict[str, frozenset[str]] = {
                                     "fabric.agent"}),
 }
 # fabric's top-level modules: they import nothing of fabric; everyone may import them.
-SHARED = frozenset({"fabric.errors", "fabric.argtypes"})
-TOP_LEVEL = frozenset({"fabric/__init__.py", "fabric/errors.py", "fabric/argtypes.py"})
+SHARED = frozenset({"fabric.errors", "fabric.argtypes", "fabric.children"})
+TOP_LEVEL = frozenset({"fabric/__init__.py", "fabric/errors.py", "fabric/argtypes.py",
+                       "fabric/children.py"})
 CLI = "fabric.cli"  # above everything: it may import every layer and package
 # Packages beside fabric/: the layers of fabric and the other packages each may import.
 CLIENTS: dict[str, frozenset[str]] = {

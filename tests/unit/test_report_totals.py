@@ -38,8 +38,7 @@ def test_a_connections_pieces_in_flight_together_are_one_flow_not_a_collision():
     """Two pieces of one connection (a collective's steps, several in flight) on one path
     overlap in time but are one flow; a second connection on that link is a collision."""
     from fabric.analysis.report import flow_collisions
-    from fabric.emulation.linkstats import LinkSeries
-    from fabric.emulation.traffic import TrafficResult
+    from fabric.traffic.result import LinkSeries, TrafficResult
     from fabric.traffic.model import Plan, Transfer
 
     path = ["a", "l0", "s0", "l1", "b"]

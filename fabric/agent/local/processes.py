@@ -9,19 +9,15 @@ outlives its time.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from fabric.children import start_python
 from fabric.traffic.model import Plan
-
-# the directory that holds the fabric package: the agents it starts import this copy
-SOURCE_ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -67,19 +63,18 @@ def launch(plan: Plan, hosts: Iterable[str], workdir: Path,
     dict
         host -> Popen; pass it to :func:`collect`.
     """
+    workdir = workdir.resolve()  # the agents start in the source root
     workdir.mkdir(parents=True, exist_ok=True)
     plan_path = workdir / "plan.json"
     plan.save(plan_path)
     procs: dict[str, subprocess.Popen] = {}
-    env = dict(os.environ, PYTHONPATH=str(SOURCE_ROOT) + os.pathsep
-               + os.environ.get("PYTHONPATH", ""))
     for host in hosts:
-        procs[host] = subprocess.Popen(
-            [sys.executable, "-m", "fabric.agent", "--plan", str(plan_path), "--host", host,
-             "--out", str(workdir / f"{host}.json"), *extra_args],
+        procs[host] = start_python(
+            "fabric.agent", ["--plan", str(plan_path), "--host", host,
+                             "--out", str(workdir / f"{host}.json"), *extra_args],
             stdin=subprocess.PIPE if gated else None,
             stdout=subprocess.PIPE if gated else subprocess.DEVNULL,
-            stderr=subprocess.PIPE, env=env)
+            stderr=subprocess.PIPE)
     return procs
 
 
