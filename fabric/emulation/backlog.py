@@ -1,16 +1,13 @@
 """What waits in ovs-vswitchd's receive sockets: a reader, and a sampler process.
 
 The sampler runs as a process of its own (``python -I backlog.py``, standard
-library only). As a thread of the launching process it took only 26-70 % of
-its samples in sprayed runs, also at real-time priority: it had to take
-Python's interpreter lock from the launcher's other threads, which waited for
-a CPU behind the hosts' agents. Started beside the agents, it took up to 1.3 s
-to come up. So it is started before them and waits: it samples from a line
-``go`` on its standard input until that input closes (also when the launcher
-dies), then prints ``{"samples": n, "total": bytes}``. Measured in the main
-job's runs: 92-99 % of the samples due, at normal priority (at real-time
-priority 99 %, but it then took its CPU before the agents, which lost more of
-their link time).
+library only): as a thread of the launcher it would wait for Python's
+interpreter lock behind the launcher's other threads and miss its samples. It is
+started before the agents (it is slow to come up beside them) and waits: it
+samples from a line ``go`` on its standard input until that input closes (also
+when the launcher dies), then prints ``{"samples": n, "total": bytes}``; it runs
+at normal priority, so that the agents keep their CPU (measured:
+docs/benchmarks.md, "Sampling the OVS backlog").
 """
 
 from __future__ import annotations

@@ -7,69 +7,37 @@ that the fabric at full load stays within what the switch datapath forwards
 without silent loss.
 
 Userspace Open vSwitch forwards all packets in one thread. Its budget is
-measured by ``benchmarks/traffic.py``: every one of 16 hosts sends a flow
-across the fabric (a permutation) sprayed packet by packet over all paths,
-so that every link really runs at full load, and the run is faithful while
-packets wait less than 1 ms on average in ovs-vswitchd's receive sockets
-(or a tenth of a packet time, where that is longer). Loss-based ceilings
-(up to ~120 k packet-hops/s, docs/platform.md) overstate what is faithful by far:
-OVS delays packets by milliseconds long before it drops any.
+calibrated by ``benchmarks/traffic.py``: every host sends a flow across the
+fabric (a permutation) sprayed packet by packet over all paths, so that every
+link really runs at full load, and a rate is faithful while packets wait less
+than 1 ms on average in ovs-vswitchd's receive sockets (or a tenth of a packet
+time, where that is longer). Loss-based ceilings (up to ~120 k packet-hops/s,
+docs/platform.md) overstate what is faithful by far: OVS delays packets by
+milliseconds long before it drops any.
 
 **The budget falls with the switch ports.** The forwarding thread reads every
 port's socket on each wake-up (one ``recvmmsg`` and a batch of receive buffers
-per port, ``benchmarks/ovs_loop.py``), so a packet waits for a sweep whose
-length grows with the ports, whatever the load. The budget is therefore
-``BUDGET_PORT_PKT_HOPS / ports`` full-size packet-hops per second, flat below
-``MIN_BUDGET_PORTS``: there the hosts' agents, not the sweep, give out first.
-Measured on 2 cores with the forwarding thread pinned and one agent process
-(input delay per run; rate per host of 4096-byte roce payloads; packet-hops/s
-at full load):
+per port), so a packet waits for a sweep whose length grows with the ports,
+whatever the load. The budget is therefore ``BUDGET_PORT_PKT_HOPS / ports``
+full-size packet-hops per second, flat below ``MIN_BUDGET_PORTS``: there the
+hosts' agents, not the sweep, give out first. That gives rail-clos (48 ports,
+and every fabric under 64) 18.1 k, the k=4 fat-tree (80) 14.5 k and the
+64-endpoint rail-clos (192) 6.0 k: roce defaults of 12.5, 6 and 0.9 Mbit/s per
+host at ``ROCE_RATE_HEADROOM``, each the rate the quick experiments were
+measured faithful at.
 
-* rail-clos, 48 ports: ``traffic.py`` 0.37-0.93 ms from 7.5 to 24 Mbit/s
-  (9.4-30.1 k) in one session, 0.77-0.95 ms at 13.5 (17.0 k) and 1.00 at 15
-  in a slower one; the quick collisions stride 0.31-0.91 ms at 13 Mbit/s,
-  up to 1.15 at 18; the quick failures run (ring all-reduces) 0.23-0.75 ms
-  at 12.5, the agents losing up to 1.3 % of their link time (limit 2 %); a
-  sprayed all-to-all at 12.5 kept the machine 0.96-0.99 busy and lost 10-13 %.
-  So rail-clos stays at 18.1 k (12.5 Mbit/s), and so does every fabric with
-  fewer than 64 ports.
-* k=4 fat-tree, 80 ports, glibc's allocator: ``traffic.py`` 0.59 ms at 4.5
-  (9.7 k), 0.89 at 6, 1.48 at 7.5 (1.03-1.24 at 4.5 in the slower session);
-  the quick stride 0.50-0.82 ms at 4.5, 0.64-2.34 at 6, with the machine only
-  0.60-0.77 busy: the sweep, not the CPU, set the limit. With tcmalloc
-  (:mod:`fabric.emulation.ovs`): the quick stride 0.45-0.79 ms at 4.5 and
-  0.59-0.83 at 6 (12.9 k).
-* 64-endpoint rail-clos, 192 ports, glibc: the quick stride 1.56-2.35 ms at
-  1.5 Mbit/s (limit 2.2 ms: invalid), 1.43-1.98 ms at 0.7 (limit 4.7 ms).
+**It counts packets, not bits**: a packet's forwarding cost barely depends on
+its length up to roce's 4096 bytes of payload, so rates are planned for the
+workload's packet size.
 
-``BUDGET_PORT_PKT_HOPS`` gives the fat-tree 14.5 k, its roce default 6 Mbit/s
-at the headroom below (4.5 under the flat budget of 11 k before), rail-clos
-18.1 k (12.5 Mbit/s; 7.5 before) and the 64-endpoint rail-clos 6.0 k (0.9
-Mbit/s; 1.5 before, invalid at full load).
+**It holds for the machine it was measured on at full speed.** A machine that
+runs slower now (a shared host's busy hour) gets a share of it: callers pass
+``speed`` from :func:`fabric.emulation.machine_speed.machine_speed`, which times
+a small probe. This module stays pure: it only multiplies.
 
-Two levers that would remove the sweep were measured; neither is usable as
-it stands: one ovs-vswitchd per switch (possible with ``--enable-dummy``
-daemons and ``dummy`` datapaths, but on a chain of 8 bridges they used 1.4-1.6
-cores where one daemon used 0.9-1.0, each paying its whole main loop per
-packet), and AF_XDP ports (no sweep, but OVS 3.1 drops frames over ~3.6 kB
-there, so roce could only use 2048-byte payloads, and shaping needs a bridge
-hop per link); see ``benchmarks/datapath.py``. What each iteration costs was
-cut instead (:mod:`fabric.emulation.idle_accept`); the budget was not raised
-for it (measured at half speed only). What the machine pays per packet-hop
-(``benchmarks/traffic.py --project``), measured at half speed: 0.031-0.034 cores
-per thousand packet-hops/s for the whole machine on top of 0.8-1.0 at none, so
-four times the old flat budget (44 k) would take 2.2-2.5 of its 2 cores.
-
-The budget's figures were measured with the machine at full speed. A machine that runs slower
-now (a shared host's busy hour: the same rail-clos stride was unfaithful at 12.5
-Mbit/s, at the edge at 8 and valid at 7) gets a share of the budget: callers pass ``speed`` from
-:func:`fabric.emulation.machine_speed.machine_speed`, which times a small probe.
-This module stays pure: it only multiplies.
-
-The budget counts packets, not bits: roce's 4140-byte packets (4096 bytes of
-payload) at 8.5 Mbit/s per host, the same 10.7 k packet-hops/s as 1444-byte
-ones at 3, kept OVS's input delay at 0.54-0.68 ms (1444 bytes: 0.52-0.60) with
-the same CPU. So rates are planned for the workload's packet size.
+The measurements behind each figure, and the levers that were measured and not
+taken (one daemon per switch, AF_XDP ports), are in docs/benchmarks.md,
+"Forwarding budget".
 """
 
 from __future__ import annotations
@@ -96,13 +64,10 @@ MIN_SHAPED_MBPS = 0.1  # HTB's rate tables lose accuracy below ~100 kbit/s
 MAX_SHAPED_MBPS = 1000.0
 MAX_USERSPACE_PORTS = 1024
 MAX_AUTO_HOST_MBPS = 20.0
-# Share of the budget a roce workload's default rate fills. Its transport runs in the
-# host agents (Python, tens of us of CPU per packet sent or received, beside OVS's
-# work on the same two cores): at the full budget sprayed and adaptive roce runs kept
-# the machine 0.80-0.87 busy, and the same quick runs read 0.05-0.15 more at other
-# hours (this VM shares its host), enough to cross the 0.95 machine-CPU or the 1 ms
-# input-delay check now and then. TCP runs, whose transport is the kernel's, stayed
-# at 0.73 or less. A rate given explicitly is checked against the whole budget.
+# Share of the budget a roce workload's default rate fills: its transport runs in the
+# host agents, beside OVS on the same cores, and at the full budget the machine's CPU
+# left too little margin for a slower hour (measured: docs/benchmarks.md, "Headroom at
+# the default rates"). A rate given explicitly is checked against the whole budget.
 ROCE_RATE_HEADROOM = 0.9
 MIN_PACKET_BYTES = ROCE_MTUS[0] + ROCE_PACKET_OVERHEAD
 AUTO_RATE_STEP_MBPS = 0.5

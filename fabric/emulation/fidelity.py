@@ -12,8 +12,8 @@ Checks, each with its measured value and threshold:
   5 ms from /proc/net/packet (by :mod:`fabric.emulation.backlog`, a process of its
   own): a light run carries only a few hundred
   packets in bursts of a few ms, and at 20 ms one sample that happened to
-  land on a burst could double its estimate (4-sender incast runs read up to
-  1.3 ms at 20 ms sampling, at most 0.54 ms at 5 ms). A datapath that keeps up drains them every
+  land on a burst could double its estimate (measured: docs/benchmarks.md,
+  "Sampling the OVS backlog"). A datapath that keeps up drains them every
   loop; one that falls behind lets them fill, delaying and then dropping packets
   unseen. (The busiest ovs-vswitchd thread's CPU share is reported too, but
   is no verdict: the userspace datapath polls its sockets busily and shows

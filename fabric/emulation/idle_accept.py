@@ -4,12 +4,11 @@ ovs-vswitchd's main loop, which also forwards every packet in userspace, calls
 ``accept`` on each of its listening sockets on every iteration: two per bridge
 (``<bridge>.mgmt``, which ``ovs-ofctl`` uses, and ``<bridge>.snoop``) and its
 control socket. An ``accept`` that finds no connection still allocates and
-frees a socket in the kernel; on the default rail-clos (8 bridges) those 17
-calls took ~20 % of the thread (``perf``), and each packet waits in its socket
-for part of an iteration. The library answers ``EAGAIN`` without a system call
-for a non-blocking socket that the thread's last ``poll`` found idle (the
-next ``poll`` wakes the loop when a connection arrives), so ``ovs-ofctl``
-works as before. Measured in :mod:`fabric.emulation.ovs`.
+frees a socket in the kernel, and each packet waits in its socket for part of
+an iteration. The library answers ``EAGAIN`` without a system call for a
+non-blocking socket that the thread's last ``poll`` found idle (the next
+``poll`` wakes the loop when a connection arrives), so ``ovs-ofctl`` works as
+before (measured: docs/benchmarks.md, "Where its main loop goes").
 
 The object is built with clang (which ``scripts/setup.sh`` installs) into
 ``/run/fabric/preload``, once per source version.

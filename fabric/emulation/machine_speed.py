@@ -1,21 +1,20 @@
 """How fast this machine runs now, against the machine the forwarding budget was measured on.
 
 The budget in :mod:`fabric.emulation.capacity` was measured on a 2-core VM when it
-ran at full speed. The same kind of VM, on a host shared with other tenants, ran
-the same work up to 1.5x slower at other times: a loopback UDP round (below)
-took 5.0 us at best and 6.5-8.3 us at the median in a busy hour, and the
-emulation lost fidelity accordingly (rail-clos, sprayed permutation: OVS input
-delay 1.45 ms at 12.5 Mbit/s per host against 0.28 ms in a fast hour; the quick
-collisions stride invalid at 12.5 and at the edge at 8). So before a run picks its
-default rate it times that round, the work both OVS and the host agents do per
-packet in miniature (a Python loop packing a header, sending a 4 kB datagram and
-reading it back through the kernel), and scales the budget by how much slower
-the machine runs: ``factor = min(1, REFERENCE_ROUND_US / measured)``.
+ran at full speed. The same kind of VM, on a host shared with other tenants, runs
+the same work markedly slower at other times, and the emulation then loses
+fidelity at the budget's rates. So before a run picks its default rate it times
+a small probe, the work both OVS and the host agents do per packet in miniature
+(a Python loop packing a header, sending a 4 kB datagram and reading it back
+through the kernel), and scales the budget by how much slower the machine runs:
+``factor = min(1, REFERENCE_ROUND_US / measured)``.
 
 The median of many short samples, not the fastest, is taken: the fastest shows
 what the CPU can do, the median what it does while the neighbours run, which is
 what a run of several minutes gets. ``FABRIC_MACHINE_SPEED`` (a factor in
 (0, 1]) skips the probe, e.g. to keep the default rate of a series of runs.
+How the probe tracked the emulation's fidelity: docs/benchmarks.md, "Machine
+speed calibration".
 """
 
 from __future__ import annotations
@@ -33,15 +32,11 @@ import networkx as nx
 from fabric.emulation import capacity
 from fabric.traffic.model import TCP_PACKET_BYTES
 
-# The median round at which the measured budget holds: in a contended hour the probe
-# read 6.5-7.4 us (7.0 typically); the quick collisions stride on rail-clos at 8 Mbit/s
-# per host was valid at the first attempt in two runs (input delay up to 0.92 ms), and
-# in two others only after repeats (sprayed attempts at 1.0-2.05 ms; probe 7.43 and
-# 6.83 us); at 9 one of 6 runs read 1.08 ms. So at 7.0 us the default should be 7.5:
-# 0.6 of the budget (whose default is 12.5). That hour's fastest samples read 5.0 us.
+# The median round at which the measured budget holds (its derivation from a contended
+# hour's probe and stride: docs/benchmarks.md, "Machine speed calibration").
 REFERENCE_ROUND_US = 4.2
 ENV_OVERRIDE = "FABRIC_MACHINE_SPEED"
-PROBE_SAMPLES = 3000  # ~1 s: a shorter probe read 4.8-7.9 us within a minute
+PROBE_SAMPLES = 3000  # ~1 s: shorter probes scattered too widely (same section)
 PROBE_ROUNDS = 50  # per sample: ~0.3 ms, short enough for many samples between preemptions
 _DATAGRAM_BYTES = 4140  # a roce data packet's IP bytes
 _HEADER = struct.Struct("!BBHII")

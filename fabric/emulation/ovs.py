@@ -8,69 +8,43 @@ moment: so we (re)start it while that sysctl is raised and remember its pid,
 and restart it again only when someone else started it.
 
 In userspace mode one thread, ovs-vswitchd's main thread, forwards every
-packet of the fabric, and it shares two cores with the host agents and the
-kernel's shaping. As an ordinary thread it waits for a core whenever those
-are running, and packets wait in its sockets meanwhile: that wait, not its
-CPU time, is what held the forwarding budget down. So the main thread runs
-``SCHED_FIFO`` (a real switch forwards whatever its host is doing), with
-reset-on-fork so its handler and revalidator threads stay ordinary. It
-blocks in ``poll`` when idle. The agents now wait behind it instead: their
-worst timer stalls grow (see :mod:`fabric.emulation.capacity`).
+packet of the fabric, and it shares the cores with the host agents and the
+kernel's shaping. As an ordinary thread it would wait for a core whenever
+those run, and packets would wait in its sockets meanwhile: that wait, not
+its CPU time, is what holds the forwarding budget down. So the main thread
+runs ``SCHED_FIFO`` (a real switch forwards whatever its host is doing), with
+reset-on-fork so its handler and revalidator threads stay ordinary; it blocks
+in ``poll`` when idle. The agents wait behind it instead.
 
-ovs-vswitchd's userspace datapath allocates a batch of 32 receive buffers (port
-MTU sized) for every port on every main-loop iteration and frees them when the
-port had nothing, and it runs with ``mlockall``. With glibc's default trim
-threshold the top of its heap went back to the kernel and was grown again on
-every iteration, each time populating and locking the pages (``perf`` on the
-forwarding thread, ``benchmarks/ovs_loop.py``): a freshly started daemon spent
-~85 % of the thread in the kernel's page handling, 6-9 ms per iteration, and
-runs read 4-5 ms of input delay, until glibc's adaptive threshold happened to
-move (why the first bring-up after a restart was often slow and later ones
-not). So the daemon starts with trimming off (:func:`vswitchd_env`). glibc's
-malloc and free still took ~28 % of the thread (``perf``, the k=4 fat-tree at
-4.5 Mbit/s: ``_int_malloc`` 12 %, ``_int_free`` 6.5 %, ``unlink_chunk`` 3.6 %),
-so the daemon preloads tcmalloc when it is installed (``scripts/setup.sh``
-installs it): each of its buffers then comes from a per-size free list. On
-rail-clos (48 ports) that moved neither the thread's CPU nor the input delay
-measurably; where the sweep is longer it does: ``benchmarks/traffic.py
-fat-tree`` at 6 and 7.5 Mbit/s, three interleaved pairs, 0.50 / 0.57, 0.56 /
-0.78 and 1.28 / 1.22 ms with tcmalloc against 0.86 / 0.66, 1.02 / 2.47 and
-1.59 / 1.26 ms without (every pair in its favour). jemalloc (~30 % of the
-thread) was tried and left out.
+The daemon starts with (:func:`vswitchd_env`):
 
-Most of an iteration's cost does not depend on the packets it forwards: with
-one ping crossing an idle rail-clos, each iteration took 0.5-0.7 ms of CPU,
-and under load (``benchmarks/ovs_loop.py``) ~0.5 ms with only 2-6 packets
-sent. ``perf`` put ~20 % of it in ``accept``: the main loop tries each
-listening socket on every iteration (each bridge's ``.mgmt`` and ``.snoop``,
-17 on rail-clos, 41 on the k=4 fat-tree), and the kernel allocates and frees
-a socket for each try that finds nothing. So the daemon also preloads
-:mod:`fabric.emulation.idle_accept`, which answers those tries without the
-kernel when the thread's last ``poll`` found the socket idle (``ovs-ofctl``
-works as before). Interleaved pairs (without / with), ``traffic.py``, input
-delay: rail-clos 0.55-0.90 / 0.33-0.39 ms at 9 Mbit/s (three pairs), 0.51-1.13
-/ 0.35-0.89 at 10.5, 1.02-1.58 / 0.73-1.13 at 12, unchanged from 13.5 on (the
-machine 1.7-1.85 of 2 cores busy); the k=4 fat-tree 0.80-1.13 / 0.43-0.79 at
-4.5, 1.27-1.33 / 0.58-0.69 at 6, 2.58 / 0.93-1.48 at 7.5 (two pairs each).
-A ping across idle rail-clos: 1.8-2.1 / 0.95-1.37 ms. Measured on a machine
-running at 0.5-0.7 of the budget's speed; the budget was not raised.
+* glibc's heap trimming off: the datapath allocates a batch of 32 receive
+  buffers for every port on every main-loop iteration and runs with
+  ``mlockall``, so a trimmed heap top was populated and locked again on every
+  iteration;
+* tcmalloc preloaded when installed (``scripts/setup.sh`` installs it): those
+  buffers then come from a per-size free list, which matters where the sweep
+  of the ports is long;
+* :mod:`fabric.emulation.idle_accept` preloaded: the main loop tries every
+  listening socket (each bridge's ``.mgmt`` and ``.snoop``) on every
+  iteration, and the library answers the tries that would find nothing
+  without the kernel (``ovs-ofctl`` works as before).
 
-The kernel's real-time throttling (``kernel.sched_rt_runtime_us``, 950 ms
-of every second by default) stopped the thread for the rest of any second
-in which it had forwarded for more than 95 % of a core: every switch stood
-still for 30-50 ms, at the same phase of the second each time, and a 2 s
-run read 1-2.7 ms of input delay although the thread averaged 0.6-0.9 of a
-core. So a run lifts the throttle (:func:`forwarding_sysctls`) on machines
-with a second core, which keeps everything else running even if the thread
-ever needed a whole core (the input-delay check then fails the run).
+A run also lifts the kernel's real-time throttling
+(:func:`forwarding_sysctls`) on machines with a second core: the throttle
+stopped every switch for the rest of any second in which the thread had
+forwarded for more than 95 % of a core, and with a second core everything
+else keeps running even if the thread ever needed a whole one (the
+input-delay check then fails the run). And on two or more cores the
+forwarding thread is pinned to a core of its own, the host agents running on
+the others (:func:`agent_cpus`): unpinned, it preempted whichever process
+shared its core, and with one agent process for all hosts that stalled every
+host's NIC at once.
 
-On two or more cores the forwarding thread also has a core of its own: it is
-pinned to the first CPU it may use, and the host agents run on the others
-(:func:`agent_cpus`). Unpinned, a busy forwarding thread preempted whichever
-process shared its core, and with all hosts served by one agent process
-(:mod:`fabric.emulation.traffic`) such a stall of 10-30 ms held every host's
-NIC at once: ring all-reduces lost 1-4 % of their link time to it (the
-``agent_late_share`` check), pinned 0.01-0.7 %.
+What each of these settings bought, and what was tried and left out, was
+measured with ``benchmarks/ovs_loop.py`` and ``benchmarks/traffic.py``:
+docs/benchmarks.md, "ovs-vswitchd's forwarding thread" and "Real-time
+priority and throttling".
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ SIM_TIME_SCALE = 1e-3  # deadlines and timer floors at physical rates, per emula
 SIMULATED_POLICIES = ("ecmp", "spray", "adaptive", "static", "ar")
 UNMODELLED_CC = frozenset(NOT_MODELLED_CC)  # congestion controls the simulator refuses
 # Packets a link carries per second of wall time in the simulator, ACKs included, and a
-# run's fixed cost (scenario, start-up, reading the answer): benchmarks/simulation.py
-# measured ~7e5 on a k=8 fat-tree and ~2.4e5 on a k=16 one (its state outgrows the caches)
+# run's fixed cost (scenario, start-up, reading the answer), for the estimate
+# (docs/benchmarks.md, "Simulator cross-check and cost")
 SIM_PACKET_HOPS_PER_S = 3e5
 SIM_RUN_OVERHEAD_S = 0.5
 # simulations run side by side: one per core of this project's 2-core machines

@@ -17,9 +17,9 @@ the modelled ones, and a threshold in bytes of the real fabric would not scale.
 A pause (and a resume) takes effect ``reaction`` packet times after the packet
 that asked for it: a real switch reacts in ~1 us, a few packet times at 400 Gbit/s
 (8 of 1500-byte frames at 100 Gbit/s, 12 of 4 KB frames at 400). The emulation's
-own latency, from that packet to the sender's gate, is far below (0.03 packet times
-at the median, 0.35 at most at 12 Mbit/s, ``benchmarks/pfc.py``), so the reaction is
-modelled: the daemon waits out the rest. The headroom must cover what arrives
+own latency, from that packet to the sender's gate, is far below a packet time
+(``benchmarks/pfc.py``; docs/benchmarks.md, "Flow control (PFC)"), so the reaction
+is modelled: the daemon waits out the rest. The headroom must cover what arrives
 after the threshold is crossed: what the link carries during the reaction, what
 the sender had already let out (its gate's burst: at most two frames) and the
 frame on the wire.

@@ -102,10 +102,9 @@ def params_for_rate(host_mbps: float, packets: int = INTERVAL_PACKETS,
 
     At a few Mbit/s a 0.1 s interval sees a few dozen packets: the
     utilisation estimate is noise, weights flap, and every group change makes
-    userspace Open vSwitch revalidate its flows (measured: a sprayed
-    all-to-all at 1.5 Mbit/s kept packets waiting 1.2 ms in OVS with 0.1 s
-    intervals, 0.5-0.6 ms with 0.4 s). A simulation whose workloads are
-    scaled in time scales the floor alike.
+    userspace Open vSwitch revalidate its flows, which delays packets
+    (docs/benchmarks.md, "The adaptive policy's interval"). A simulation whose
+    workloads are scaled in time scales the floor alike.
     """
     if not host_mbps > 0:
         raise AdaptiveConfigError(f"host_mbps must be > 0, got {host_mbps}")

@@ -26,8 +26,8 @@ from fabric.errors import UserError
 TRANSPORTS = ("tcp", "roce")
 ENTROPY = ("flow", "packet", "recycle")
 SPRAYING = ("packet", "recycle")  # entropies that vary the source port per packet
-# Source ports of a spraying sender: many values even out the switches' hash (64 split one
-# flow 17-31 % over 4 paths).
+# Source ports of a spraying sender: many values even out the switches' hash
+# (docs/benchmarks.md, "Sizing the collisions workloads").
 SPRAY_ENTROPY_PORTS = 256
 # of the roce transport (fabric.agent.roce.cc); "none" is an RDMA NIC with its congestion
 # control off, which only a lossless fabric (link-level flow control) keeps from dropping
@@ -332,10 +332,8 @@ def source_ports(plan: Plan, host: str | None = None) -> dict[str, dict[tuple, t
     ``entropy_ports`` ports (spraying: every transfer of the sender in the
     same class shares one set, whatever its peer, as a NIC sprays over one
     range of entropy values; the destination address is in the hash too, so
-    the paths still differ by peer. A set per peer made a sprayed all-to-all on
-    16 hosts open 61 k sockets in four agent processes, which lost 3-11 % of
-    their link time at a rate where one set per host loses under 2 %). The
-    ports decide the 5-tuples,
+    the paths still differ by peer; a set per peer costs the agents too many
+    sockets: docs/benchmarks.md, "Entropy sockets"). The ports decide the 5-tuples,
     hence every ECMP hash: the same plan and seed take the same paths.
     ``host`` limits the work to one sender (each host's ports depend only
     on its own transfers).
