@@ -1,7 +1,7 @@
 /* Switch-local adaptive routing: the choice among a route's equal-cost ports.
  *
  * The C twin of fabric/routing/switch_ar.py's choose_port, included by the
- * simulator (fabric/simulation/ns3/fabric_sim.cc) and by the emulator's datapath
+ * simulator (fabric/simulation/ns3/routing.h) and by the emulator's datapath
  * (fabric/emulation/switch_ar.bpf.c), so that both backends decide alike on the
  * same occupancies; tests/unit/test_switch_ar.py holds the three to one vector.
  *

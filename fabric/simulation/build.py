@@ -1,8 +1,8 @@
-"""Compile the ns-3 program once per version of its source (no root needed).
+"""Compile the ns-3 program once per version of its sources (no root needed).
 
 The binary is cached under ``$XDG_CACHE_HOME/fabric/ns3`` (default
 ``~/.cache``; the system's temporary directory for a user without a writable
-home) in a directory named by the hash of the source, the compiler flags, the
+home) in a directory named by the hash of every source and header, the compiler flags, the
 ns-3 version and the CPU model, so an edited source, an upgraded ns-3 or
 another machine sharing the home gets its own build and none overwrites
 another's binary.
@@ -19,7 +19,10 @@ from pathlib import Path
 
 from fabric.errors import UserError
 
-SOURCE = Path(__file__).with_name("ns3") / "fabric_sim.cc"
+SOURCE_DIR = Path(__file__).with_name("ns3")
+# the program, one concern a file (fabric_sim.cc holds main), compiled in one invocation
+SOURCES = tuple(sorted(SOURCE_DIR.glob("*.cc")))
+HEADERS = tuple(sorted(SOURCE_DIR.glob("*.h")))
 # the adaptive-routing choice, shared with the emulator's datapath
 AR_HEADER = Path(__file__).parents[1] / "routing" / "switch_ar.h"
 NS3_HEADER = Path("/usr/include/ns3/core-module.h")
@@ -78,17 +81,19 @@ def simulator_binary() -> Path:
     if not NS3_HEADER.exists() or compiler is None:
         missing = "ns-3 (libns3-dev)" if not NS3_HEADER.exists() else "g++"
         raise SimulatorMissing(f"--backend ns3 needs {missing}; {INSTALL_HINT}")
-    digest = hashlib.sha256(SOURCE.read_bytes() + AR_HEADER.read_bytes() + "|".join(
-        (_ns3_version(), " ".join(FLAGS), _cpu())).encode()).hexdigest()[:16]
-    target = cache_dir() / digest / "fabric-sim"
+    digest = hashlib.sha256()
+    for path in (*SOURCES, *HEADERS, AR_HEADER):  # a renamed file is another program too
+        digest.update(f"{path.name}\0".encode() + path.read_bytes() + b"\0")
+    digest.update("|".join((_ns3_version(), " ".join(FLAGS), _cpu())).encode())
+    target = cache_dir() / digest.hexdigest()[:16] / "fabric-sim"
     if target.exists():
         return target
     target.parent.mkdir(exist_ok=True)
     # build beside the target and rename: a concurrent build never sees half a binary
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / "fabric-sim"
-        cmd = [compiler, *FLAGS, f"-I{AR_HEADER.parent}", "-o", str(out), str(SOURCE),
-               *(f"-l{lib}" for lib in NS3_LIBRARIES)]
+        cmd = [compiler, *FLAGS, f"-I{SOURCE_DIR}", f"-I{AR_HEADER.parent}", "-o", str(out),
+               *(str(source) for source in SOURCES), *(f"-l{lib}" for lib in NS3_LIBRARIES)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             first = next((line for line in done.stderr.splitlines() if "error" in line),
