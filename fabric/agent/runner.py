@@ -179,23 +179,13 @@ class Agent:
         """Schedule the start (wall clock ``start_at``) and the deadline after it."""
         self.start_at = start_at
         if self.plan.window and isinstance(self.engine, RoceEngine):
-            self.engine.count_window(start_at + self.plan.window[0],
-                                     start_at + self.plan.window[1])
+            self.engine.receiver.count_window(start_at + self.plan.window[0],
+                                              start_at + self.plan.window[1])
         offset = time.monotonic() - time.time()
         self.loop.call_at(start_at + offset, self._kick)
         self.loop.call_at(start_at + self.plan.deadline_s + offset, self._deadline)
         if not self.records:
             self.done = True
-
-    def finish(self) -> None:
-        """Take the counters into the records (then :meth:`close`)."""
-        for engine in self.engines:
-            engine.snapshot()
-        if self._netstat_before:
-            self._netstat = netstat.delta(self._netstat_before,
-                                          netstat.read_counters(self.proc_net))
-        self.finished_at = time.time()
-        self._cpu_end = time.process_time()
 
     def close(self) -> None:
         """Close the agent's sockets."""
@@ -324,26 +314,56 @@ class Agent:
 
     # -- result ------------------------------------------------------------------------
     def result(self) -> dict[str, Any]:
-        """The result document (call after :meth:`run`)."""
-        rows = [r.row() for r in self.records]
-        errors = list(self.errors)
-        for engine in self.engines:
-            errors.extend(getattr(engine, "errors", []))
-        errors.extend(f"{r.id} ({r.role}): {r.error}" for r in self.records if r.error)
-        warnings = [w for engine in self.engines for w in engine.warnings]
-        roce = self.engines[1].totals() if len(self.engines) > 1 else {}
-        # the traffic's CPU: closing thousands of sockets afterwards is not part of it
-        end = time.process_time() if self._cpu_end is None else self._cpu_end
-        cpu = end - self._cpu0 if self._cpu0 else 0.0
-        return {"host": self.host, "transport": self.plan.transport.kind,
-                "transfers": rows, "netstat": self._netstat, "roce": roce,
-                "errors": errors, "warnings": warnings, "ok": self.succeeded,
-                "started_at": self.started_at, "finished_at": self.finished_at,
-                "start_at": self.start_at,
-                "pid": os.getpid(), "process_hosts": self.process_hosts,
-                "cpu_s": round(cpu, 4), "setup_cpu_s": round(self._setup_cpu, 4),
-                "wakeups": self.loop.wakeups,
-                "wake_late": lateness_summary(self.loop.wake_late_s)}
+        """The result document (call after :meth:`run`; see :func:`agent_result`)."""
+        return agent_result(self)
+
+
+def finish(agent: Agent) -> None:
+    """Take the counters of ``agent`` into its records (then :meth:`Agent.close`): the
+    engines' per-transfer counters, the host's network counters since the start, and
+    when the traffic ended."""
+    for engine in agent.engines:
+        engine.snapshot()
+    if agent._netstat_before:
+        agent._netstat = netstat.delta(agent._netstat_before,
+                                       netstat.read_counters(agent.proc_net))
+    agent.finished_at = time.time()
+    agent._cpu_end = time.process_time()
+
+
+def agent_result(agent: Agent) -> dict[str, Any]:
+    """The result document of ``agent`` (after its run and :func:`finish`).
+
+    Parameters
+    ----------
+    agent : Agent
+        An agent that ran (or could not).
+
+    Returns
+    -------
+    dict
+        Its transfers' rows, network counters, RoCE totals, errors and warnings of
+        the agent and its engines, and the process's CPU time and wake-ups.
+    """
+    rows = [r.row() for r in agent.records]
+    errors = list(agent.errors)
+    for engine in agent.engines:
+        errors.extend(getattr(engine, "errors", []))
+    errors.extend(f"{r.id} ({r.role}): {r.error}" for r in agent.records if r.error)
+    warnings = [w for engine in agent.engines for w in engine.warnings]
+    roce = agent.engines[1].totals() if len(agent.engines) > 1 else {}
+    # the traffic's CPU: closing thousands of sockets afterwards is not part of it
+    end = time.process_time() if agent._cpu_end is None else agent._cpu_end
+    cpu = end - agent._cpu0 if agent._cpu0 else 0.0
+    return {"host": agent.host, "transport": agent.plan.transport.kind,
+            "transfers": rows, "netstat": agent._netstat, "roce": roce,
+            "errors": errors, "warnings": warnings, "ok": agent.succeeded,
+            "started_at": agent.started_at, "finished_at": agent.finished_at,
+            "start_at": agent.start_at,
+            "pid": os.getpid(), "process_hosts": agent.process_hosts,
+            "cpu_s": round(cpu, 4), "setup_cpu_s": round(agent._setup_cpu, 4),
+            "wakeups": agent.loop.wakeups,
+            "wake_late": lateness_summary(agent.loop.wake_late_s)}
 
 
 def per_process(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -439,7 +459,7 @@ def _run_loop(loop: EventLoop, agents: list[Agent], running: list[Agent],
 def _wind_up(loop: EventLoop, agents: list[Agent], outs: Mapping[str, Path | None]) -> None:
     """Take the agents' counters, close every socket, write each result."""
     for agent in agents:
-        agent.finish()
+        finish(agent)
     loop.close()  # first: one close of the epoll set drops every socket's registration
     for agent in agents:
         agent.close()

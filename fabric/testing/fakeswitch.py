@@ -30,12 +30,8 @@ from os_ken.ofproto import ofproto_v1_5_parser as parser
 from fabric.routing import hashing
 from fabric.testing.pipeline import Emit, Pipeline, PipelineResult, ToController
 from fabric.testing.tables import (BucketEntry, FlowEntry, GroupEntry, OpenFlowError,
-                                   UnsupportedFeature, actions_of, check_prerequisites, covers,
-                                   norm_match, norm_value)
-_RESERVED_OUT = {ofp.OFPP_CONTROLLER, ofp.OFPP_IN_PORT, ofp.OFPP_ALL, ofp.OFPP_FLOOD,
-                 ofp.OFPP_TABLE}
-_ACTIONS = (parser.OFPActionOutput, parser.OFPActionGroup, parser.OFPActionSetQueue,
-            parser.OFPActionSetField)
+                                   UnsupportedFeature, covers, norm_match)
+from fabric.testing.validation import validate_actions, validate_instructions
 
 
 @dataclass
@@ -124,7 +120,7 @@ class FakeSwitch(Pipeline):
             raise OpenFlowError(ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_BAD_TABLE_ID,
                                 f"table {msg.table_id}")
         match = norm_match(msg.match)
-        self._validate_instructions(msg.table_id, match, msg.instructions)
+        validate_instructions(msg.table_id, match, msg.instructions, self.groups)
         if cmd == ofp.OFPFC_ADD:
             self.flows = [f for f in self.flows
                           if (f.table_id, f.priority, f.match) != (msg.table_id, msg.priority,
@@ -169,46 +165,6 @@ class FakeSwitch(Pipeline):
             chosen.append(entry)
         return chosen
 
-    def _validate_instructions(self, table_id: int, match: dict, instructions: list) -> None:
-        bad = check_prerequisites(match)
-        if bad:
-            raise OpenFlowError(ofp.OFPET_BAD_MATCH, ofp.OFPBMC_BAD_PREREQ, bad)
-        seen = set()
-        for inst in instructions:
-            if inst.type in seen:
-                raise OpenFlowError(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_DUP_INST,
-                                    f"instruction type {inst.type} twice")
-            seen.add(inst.type)
-            if isinstance(inst, parser.OFPInstructionGotoTable):
-                if not table_id < inst.table_id <= ofp.OFPTT_MAX:
-                    raise OpenFlowError(ofp.OFPET_BAD_INSTRUCTION, ofp.OFPBIC_BAD_TABLE_ID,
-                                        f"goto table {inst.table_id} from table {table_id}")
-            elif inst.type not in (ofp.OFPIT_APPLY_ACTIONS, ofp.OFPIT_WRITE_ACTIONS,
-                                   ofp.OFPIT_CLEAR_ACTIONS):
-                raise UnsupportedFeature(f"instruction {type(inst).__name__} type {inst.type}")
-        self._validate_actions(list(actions_of(instructions)), match)
-
-    def _validate_actions(self, actions: list, match: dict | None,
-                          packet_out: bool = False) -> None:
-        for action in actions:
-            if not isinstance(action, _ACTIONS):
-                raise UnsupportedFeature(f"action {type(action).__name__}")
-            if isinstance(action, parser.OFPActionOutput):
-                port = action.port
-                if port in (0, ofp.OFPP_ANY) or (port == ofp.OFPP_TABLE and not packet_out):
-                    raise OpenFlowError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_PORT,
-                                        f"output to port {port:#x}")
-                if port > ofp.OFPP_MAX and port not in _RESERVED_OUT:
-                    raise UnsupportedFeature(f"output to port {port:#x}")
-            elif isinstance(action, parser.OFPActionGroup) and action.group_id not in self.groups:
-                raise OpenFlowError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_GROUP,
-                                    f"group {action.group_id} does not exist")
-            elif isinstance(action, parser.OFPActionSetField):
-                norm_value(action.key, action.value)
-                bad = match is not None and check_prerequisites(match, [action.key])
-                if bad:
-                    raise OpenFlowError(ofp.OFPET_BAD_ACTION, ofp.OFPBAC_MATCH_INCONSISTENT, bad)
-
     # -- groups --------------------------------------------------------------------
 
     def group_mod(self, msg: Any) -> None:
@@ -245,7 +201,7 @@ class FakeSwitch(Pipeline):
         method, basis = hashing.selection_method(msg.properties)
         entry = GroupEntry(msg.group_id, msg.type, method=method, basis=basis)
         for index, bucket in enumerate(msg.buckets):
-            self._validate_actions(list(bucket.actions), None)
+            validate_actions(list(bucket.actions), None, self.groups)
             for action in bucket.actions:
                 if isinstance(action, parser.OFPActionGroup) and action.group_id == msg.group_id:
                     raise OpenFlowError(ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_LOOP,

@@ -19,6 +19,7 @@ from os_ken.ofproto import ofproto_v1_5_parser as parser
 from fabric.routing import hashing
 from fabric.testing.tables import (BucketEntry, FlowEntry, GroupEntry, UnsupportedFeature,
                                    norm_value, packet_matches)
+from fabric.testing.validation import validate_actions
 
 MAX_GROUP_DEPTH = 8
 
@@ -72,11 +73,6 @@ class Pipeline:
         """Entries of one table, highest priority first (provided by the switch)."""
         raise NotImplementedError
 
-    def _validate_actions(self, actions: list, match: dict | None,
-                          packet_out: bool = False) -> None:
-        """Refuse actions the switch would refuse (provided by the switch)."""
-        raise NotImplementedError
-
     def bucket_live(self, bucket: BucketEntry, depth: int = 0) -> bool:
         """A bucket is live when its watched port is up and its watched group is live."""
         if bucket.watch_port is not None and not self.live.get(bucket.watch_port, False):
@@ -109,7 +105,7 @@ class Pipeline:
 
     def execute(self, actions: list[Any], fields: dict[str, int], in_port: int) -> PipelineResult:
         """Apply a packet-out's ``actions`` (``OFPP_TABLE`` runs the pipeline)."""
-        self._validate_actions(actions, None, packet_out=True)
+        validate_actions(actions, None, self.groups, packet_out=True)
         result = PipelineResult()
         state = _State(dict(fields, in_port=in_port), in_port)
         self._run_actions(actions, state, result, 0, packet_out=True)

@@ -21,7 +21,8 @@ from fabric.agent.core.records import RECV, SEND, TransferRecord
 from fabric.agent.local.impair import Impairment, ImpairmentProxy
 from fabric.agent.local.processes import loopback_hosts, run_plan, spare_address
 from fabric.agent.roce import bth
-from fabric.agent.roce.engine import CE, ECT0, RoceEngine
+from fabric.agent.roce.engine import RoceEngine
+from fabric.agent.roce.receiver import CE, ECT0
 from fabric.agent.roce.recv import RecvQP
 from fabric.agent.roce.send import SendQP
 from fabric.traffic.model import Plan, ScheduleError, Transfer, TransportSpec, source_ports
@@ -392,7 +393,7 @@ def test_a_wake_quantum_below_one_packet_is_refused():
 
 def test_arrival_reads_the_kernel_stamp_and_the_ce_mark():
     """Ancillary data as recvmsg returns it: a wall-clock stamp becomes monotonic time."""
-    from fabric.agent.roce.engine import SO_TIMESTAMPNS, _arrival
+    from fabric.agent.roce.receiver import SO_TIMESTAMPNS, _arrival
 
     stamp = struct.pack("qq", 1_000, 500)  # 1000 s + 500 ns, wall clock
     offset = 400 * 10**9                   # wall minus monotonic

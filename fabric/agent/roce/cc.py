@@ -66,10 +66,9 @@ class SwiftParams:
     max_mdf: float = 0.5         # largest cut at once
     endpoint_allowance: float = 2.0  # slack for the sender's NIC, packet times
     # queueing allowed per link of the path, packet times. Sprayed packets meet
-    # short-lived queues at every spine port even when the paths are balanced: at
-    # 2, rail-clos stride flows of 6 s cut their windows 15-27 times for those and
-    # reached 0.92 of line rate; at 4, 0.97 (one bottleneck's mean queue 12 -> 18
-    # packets, `benchmarks/cc.py`)
+    # short-lived queues at every spine port even when the paths are balanced, and
+    # swift must not cut its window for those (measured, 2 against 4:
+    # docs/benchmarks.md, "Sizing the collisions workloads")
     hop_allowance: float = 4.0
     base_cap: float = 0.5        # largest base delay believed per link, packet times
     min_cwnd: float = 0.05       # packets (below 1: paced)
@@ -85,10 +84,9 @@ class SwiftParams:
         as an RDMA NIC starts a flow at line rate. The window then doubles every round
         trip while the queueing stays below half the allowance, up to
         :meth:`allowance` (see :class:`SwiftControl`). Starting with the whole
-        allowance (18 packets on 4 links), 4 flows that started together on one
-        bottleneck overfilled its 64-packet buffer (7 lost, `benchmarks/cc.py`); from a
-        fixed 16 packets, growing one a round trip, 6-link flows on a k=4 fat-tree
-        stayed window-bound for most of 3 s."""
+        allowance overfilled a shared bottleneck when flows started together, and a
+        fixed small window left long paths window-bound (measured: docs/benchmarks.md,
+        "Four flows on one bottleneck" and "Sizing the collisions workloads")."""
         return self.endpoint_allowance + (links or 2)
 
 

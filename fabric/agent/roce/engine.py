@@ -8,7 +8,8 @@ Sockets:
 
 - a listener on port 4791 of every own NIC receives data (and the sender's
   CLOSE) and sends ACKs back to the exact source address and port of the
-  data packet, so that ACKs of a sprayed flow are sprayed too;
+  data packet, so that ACKs of a sprayed flow are sprayed too (the receiving
+  side, :mod:`fabric.agent.roce.receiver`);
 - a sender opens, per transfer, the UDP sockets on the source ports the
   plan assigns it (:func:`fabric.traffic.model.source_ports`): one
   (``entropy="flow"``: ECMP hashes the flow once) or ``entropy_ports``
@@ -26,6 +27,8 @@ a CNP back the way ACKs go (at most one per ``cnp_interval`` packet times and
 queue pair); the sender's ACK sockets hand CNPs to the queue pair's rate
 control.
 
+What the engine reports is built by :mod:`fabric.agent.roce.report`.
+
 Per-packet work stays small: a data packet is a 12-byte ``struct.pack_into``
 into a preallocated zero buffer and one ``send``; an ACK carries a bitmap
 built with C-level byte operations.
@@ -35,53 +38,25 @@ from __future__ import annotations
 
 import functools
 import socket
-from array import array
 import struct
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from fabric.agent.core.engine import Engine
 from fabric.agent.core.loop import EventLoop
 from fabric.agent.core.records import TransferRecord
-from fabric.agent.roce import bth
-from fabric.agent.roce.cc import SwiftParams, make_control
+from fabric.agent.roce import bth, report
+from fabric.agent.roce.cc import make_control
 from fabric.agent.roce.entropy import EntropyChoice
 from fabric.agent.roce.pacing import TokenBucket, bucket_for
-from fabric.agent.roce.recv import Inbound, RecvQP
+from fabric.agent.roce.receiver import ECT0, WIRE_EXTRA, RoceReceiver
 from fabric.agent.roce.send import CcConfig, SendQP, Window
 from fabric.traffic.model import ROCE_PORT, TransportSpec
 
 _BTH = struct.Struct("!BBHII")
 _SEND_TIME = bth.SEND_TIME
-_WIRE_EXTRA = 14 + 20 + 8  # Ethernet + IPv4 + UDP, charged by the pacer
-ECT0 = 0b10  # ECN field of an ECN-capable packet
-CE = 0b11    # ... and of one a switch marked
-# the kernel's receive stamp of each datagram (Linux's value; Python does not name it)
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-_TIMESPEC = struct.Struct("qq")
-_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(4)
-
-
-def _arrival(ancillary: list[tuple[int, int, bytes]], offset_ns: int) -> tuple[int, bool]:
-    """Monotonic ns at which the kernel received a datagram (now if it did not say),
-    and whether it arrived CE-marked (IP_RECVTOS), from its ancillary data.
-
-    ``offset_ns`` is wall-clock minus monotonic time: kernel stamps are wall-clock.
-    """
-    arrived, ce = 0, False
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-            sec, nsec = _TIMESPEC.unpack_from(data)
-            arrived = sec * 1_000_000_000 + nsec - offset_ns
-        elif level == socket.IPPROTO_IP and kind == socket.IP_TOS:
-            ce = data[0] & CE == CE
-    return arrived or time.monotonic_ns(), ce
-
-
-def _us(seconds: float | None) -> int | None:
-    return None if seconds is None or seconds == float("inf") else round(seconds * 1e6)
 
 
 def qpn_for(index: int) -> int:
@@ -97,7 +72,7 @@ def qpn_for(index: int) -> int:
 UNPLANNED_RATE_MBPS = 20.0
 # The loop wakes in whole milliseconds (epoll) and late by a fraction of one:
 # a bucket shallower than a few wake-ups loses tokens at every late wake-up
-# (measured: 17.5 instead of 20 Mbit/s with 2 packets, 1.2 ms, of depth).
+# (measured: docs/benchmarks.md, "Cost per packet and wake-ups").
 WAKE_SLACK_S = 0.003
 
 
@@ -251,6 +226,81 @@ class _Pacer:
         if planned is not None and now > planned and now > self.free_at:
             self.late_s += now - max(planned, self.free_at)
 
+    def serve(self, now: float, wake: float | None, send: Callable[["_Sender", float], int],
+              reserve: float, sent: set["_Sender"]) -> float | None:
+        """Send what the tokens and the connections' windows allow, the connections
+        taking turns.
+
+        Parameters
+        ----------
+        now : float
+            Monotonic time.
+        wake : float or None
+            When the engine runs next so far.
+        send : callable
+            ``(sender, now) -> wire bytes``: puts the sender's next packet on the wire.
+        reserve : float
+            Bytes the bucket must hold beyond a packet's before a wake-up pays
+            (``wake_packets``).
+        sent : set
+            Collects the senders that sent (their loss timers may start).
+
+        Returns
+        -------
+        float or None
+            ``wake`` or, if earlier, when this NIC or one of its senders can go on.
+        """
+        active = self.active
+        if not active:
+            # nothing to send: a plan made while it had is void (the next message
+            # may start a compute phase later; that wait is not the agent's)
+            self.planned = None
+            self.account(now, None)
+            return wake
+        bucket = self.bucket
+        tokens = bucket.refill(now)
+        # the send planned when the tokens ran out, if it is due (else it stays)
+        planned = self.planned
+        if planned is not None and now >= planned:
+            self.planned = None
+        else:
+            planned = None
+        idle, size = 0, len(active)
+        while tokens > 0 and idle < size:
+            conn = active[0]
+            active.rotate(-1)
+            sender = conn.ready(now)
+            if sender is not None:
+                idle = 0
+                if planned is not None:
+                    self.sending(now, planned)
+                    planned = None
+                tokens -= send(sender, now)
+                sent.add(sender)
+            else:
+                idle += 1
+                paced = conn.paced_until(now)
+                if paced is not None and (wake is None or paced < wake):
+                    wake = paced
+        bucket.tokens = tokens
+        self.account(now, None if tokens <= 0 else self.held())
+        if tokens <= 0:
+            ready = bucket.ready_at(now, reserve)
+            # a plan only when the tokens, not the windows, hold the senders back: a
+            # send that waits for an ACK is the transport's, however late it comes
+            if any(conn.ready(ready) for conn in active):
+                self.planned = ready
+            if wake is None or ready < wake:
+                wake = ready
+        return wake
+
+    def held(self) -> str:
+        """Why the NIC, with tokens left, sent nothing more (a key of ``held_s``)."""
+        for conn in self.active:
+            if conn.window.full and any(s.qp.has_packet() for s in conn.senders):
+                return "window"
+        return "waiting"
+
 
 class RoceEngine(Engine):
     """All RoCE queue pairs of one agent.
@@ -283,15 +333,12 @@ class RoceEngine(Engine):
         super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports,
                          open_socket)
         self._scale_to_rate(spec, config)
-        self.listeners: dict[str, socket.socket] = {}
         self.pacers: dict[str, _Pacer] = {}
         self.senders: dict[int, _Sender] = {}
         self._active: dict[int, _Sender] = {}  # senders not yet finished (timers to run)
-        self.receivers: dict[int, tuple[TransferRecord, RecvQP]] = {}
-        self._inbound: dict[tuple, Inbound] = {}  # connection -> what its messages share
-        # receive QP -> (listener, its NIC address, the data's source, TOS) to answer with
-        self._reply: dict[int, tuple[socket.socket, str, tuple[str, int], int]] = {}
-        self._ack_pending: dict[int, RecvQP] = {}
+        self.receiver = RoceReceiver(loop, spec, config, self.packet_time, self.ack_delay_s,
+                                     self.ecn, self._pacer, on_done)
+        self.receivers = self.receiver.receivers  # qpn -> (record, receive QP)
         # what :meth:`service` last asked for, and whether anything it depends on changed
         # since other than time (an ACK, a new transfer): a wake-up for a data packet
         # alone then skips it, which on a loaded machine costs tens of us (cold caches)
@@ -309,15 +356,12 @@ class RoceEngine(Engine):
         # (src, dst, dscp, channel) -> the connection: a transfer goes on with the window,
         # delay estimates, RTT and port order its connection has, not from scratch
         self.connections: dict[tuple, _Connection] = {}
-        # qpn -> (arrival, send) wall-clock pairs of newly delivered packets, flattened
-        self.arrivals: dict[int, array] | None = {} if spec.timeline else None
-        # the steady-state window's edges still to pass (wall clock), and each receive
-        # QP's delivered bytes at the edges passed
-        self._marks: list[float] = []
-        self._next_mark = float("inf")
-        self._mark_bytes: list[dict[int, int]] = []
-        self._allocate_buffers(spec.mtu_payload)
-        self.unknown_qp = 0
+        # the send buffer of the largest data packet, made once: the header is rewritten
+        # per packet, payload and ICRC stay zero; and the buffer ACKs are read into
+        self._tx = bytearray(bth.BTH_LEN + spec.mtu_payload + 3 + bth.ICRC_LEN)
+        self._txview = memoryview(self._tx)
+        self._rx = bytearray(65536)
+        self._rxview = memoryview(self._rx)
         self.bad_packets = 0
         self.send_errors = 0
         self.icmp_errors = 0
@@ -344,14 +388,6 @@ class RoceEngine(Engine):
         self._wire_packet = spec.mtu_payload + bth.DATA_OVERHEAD
         self._wake_reserve = (config.wake_packets - 1) * self._wire_packet
 
-    def _allocate_buffers(self, mtu_payload: int) -> None:
-        """The send buffer of the largest data packet and the receive buffer, made once."""
-        size = bth.BTH_LEN + mtu_payload + 3 + bth.ICRC_LEN
-        self._tx = bytearray(size)  # header rewritten per packet; payload and ICRC stay zero
-        self._txview = memoryview(self._tx)
-        self._rx = bytearray(65536)
-        self._rxview = memoryview(self._rx)
-
     # -- setup -------------------------------------------------------------------------
     def _udp_socket(self, tos: int) -> socket.socket:
         sock = self.open_socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -371,16 +407,7 @@ class RoceEngine(Engine):
         OSError
             If a port is busy (another agent or a stale run holds it).
         """
-        for address in self.addresses:
-            sock = self._udp_socket(0)
-            # delays and completions are measured to when a packet arrived, not
-            # to when a loop waiting for a core got round to reading it
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            if self.ecn:
-                sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-            sock.bind((address, self.config.port))
-            self.listeners[address] = sock
-            self.loop.register(sock, 1, functools.partial(self._on_listener, sock, address))
+        self.receiver.bind(self.addresses, self._udp_socket)
 
     def _sender_sockets(self, record: TransferRecord) -> list[socket.socket]:
         """Sockets on the planned source ports, connected to the receiver (a
@@ -434,18 +461,7 @@ class RoceEngine(Engine):
     # -- transfers ---------------------------------------------------------------------
     def add_recv(self, record: TransferRecord) -> None:
         """Expect the message of ``record`` (any time, even before start_at)."""
-        # entropy recycling echoes a port while its packet queued no more than swift
-        # aims for, whichever control runs: a path is congested where the congestion
-        # control would call it so (a fixed 2 packet times echoed 5-15 % of a sprayed
-        # permutation's packets on a k=4 fat-tree, so its ports were mostly taken in
-        # turn and split as the hash split them: busiest uplink 0.53 of its switch's)
-        echo_excess = SwiftParams().allowance(record.transfer.hops)
-        inbound = self._inbound.setdefault(record.transfer.connection, Inbound())
-        qp = RecvQP(record.qpn, record.transfer.bytes, self.spec.mtu_payload,
-                    self.config.ack_every, self.ack_delay_s,
-                    round(echo_excess * self.packet_time * 1e6),
-                    self.config.timers.cnp_interval * self.packet_time, inbound)
-        self.receivers[record.qpn] = (record, qp)
+        self.receiver.add_recv(record)
 
     def prepare_send(self, record: TransferRecord) -> None:
         """Open a sprayed send's shared entropy sockets now, not in the measured run
@@ -517,7 +533,7 @@ class RoceEngine(Engine):
             flags |= bth.ECHO_FLAG
         _BTH.pack_into(self._tx, 0, opcode, flags, bth.PKEY_DEFAULT, qp.qpn,
                        (ackreq << 31) | (psn & bth.PSN_MASK))
-        departs = conn.pacer.departs(size + _WIRE_EXTRA)
+        departs = conn.pacer.departs(size + WIRE_EXTRA)
         if length >= _SEND_TIME.size:
             _SEND_TIME.pack_into(self._tx, bth.BTH_LEN, int(departs * 1e9))
         if entropy.recycled:
@@ -532,7 +548,7 @@ class RoceEngine(Engine):
             # a full socket buffer or a pending ICMP error: the packet did not
             # leave, which loss detection repairs like any other loss
             self.send_errors += 1
-        return size + _WIRE_EXTRA
+        return size + WIRE_EXTRA
 
     def _on_ack_socket(self, sock: socket.socket, _mask: int) -> None:
         self._dirty = True  # windows, rates and entropy move
@@ -548,7 +564,9 @@ class RoceEngine(Engine):
             except OSError:
                 return
             if n >= bth.BTH_LEN and rx[0] == bth.CNP:
-                self._on_cnp(_BTH.unpack_from(rx)[3] & bth.PSN_MASK)
+                sender = self.senders.get(_BTH.unpack_from(rx)[3] & bth.PSN_MASK)
+                if sender is not None and not sender.record.finished:
+                    sender.qp.on_cnp(time.monotonic())
                 continue
             try:
                 ack = bth.parse_ack(view[:n])
@@ -566,11 +584,6 @@ class RoceEngine(Engine):
             qp.on_ack(ack, time.monotonic())
             if qp.done:
                 self._finish_send(sender)
-
-    def _on_cnp(self, qpn: int) -> None:
-        sender = self.senders.get(qpn)
-        if sender is not None and not sender.record.finished:
-            sender.qp.on_cnp(time.monotonic())
 
     def _finish_send(self, sender: _Sender) -> None:
         record, qp = sender.record, sender.qp
@@ -602,118 +615,32 @@ class RoceEngine(Engine):
         if not conn.senders:  # idle: out of its NIC's turns until its next message
             conn.pacer.active.remove(conn)
 
-    def _on_listener(self, sock: socket.socket, nic: str, _mask: int) -> None:
-        rx = self._rx
-        receivers = self.receivers
-        offset_ns = time.time_ns() - time.monotonic_ns()
-        for _ in range(256):
-            try:
-                n, ancillary, _, addr = sock.recvmsg_into([rx], _ANCILLARY)
-            except OSError:  # BlockingIOError among them: nothing left to read
-                return
-            if n < bth.BTH_LEN + bth.ICRC_LEN:
-                self.bad_packets += 1
-                continue
-            opcode, flags, _, qp_word, psn_word = _BTH.unpack_from(rx)
-            entry = receivers.get(qp_word & bth.PSN_MASK)
-            if entry is None:
-                self.unknown_qp += 1
-                continue
-            record, qp = entry
-            if opcode in bth.DATA_OPCODES:
-                arrived_ns, ce = _arrival(ancillary, offset_ns)
-                now = arrived_ns / 1e9
-                wall = (arrived_ns + offset_ns) / 1e9
-                if wall >= self._next_mark:
-                    self._pass_mark()
-                if record.start is None:
-                    record.start = wall
-                length = n - bth.BTH_LEN - bth.ICRC_LEN - ((flags >> 4) & 3)
-                sent_ns = _SEND_TIME.unpack_from(rx, bth.BTH_LEN)[0] if length >= 8 else 0
-                # stamps are when the NIC's shaped queue lets a packet go; where nothing
-                # shapes it (loopback) it arrives "early": still a measured delay
-                owd_us = max(1, (arrived_ns - sent_ns) // 1000) if sent_ns else 0
-                delivered = qp.bytes
-                urgent = qp.on_data(psn_word & bth.PSN_MASK, length, bool(psn_word >> 31), now,
-                                    owd_us, addr[1] if flags & bth.ECHO_FLAG else 0)
-                if self.arrivals is not None and qp.bytes != delivered:
-                    self._log_arrival(qp.qpn, wall, owd_us)
-                self._reply[qp.qpn] = (sock, nic, addr, record.transfer.dscp << 2)
-                finished = record.end is None and qp.complete
-                if finished:
-                    record.end = wall
-                    record.bytes = qp.bytes
-                if ce and qp.on_ce(now):
-                    self._send_control(qp, bth.cnp_packet(qp.qpn))
-                if urgent:
-                    self._send_ack(qp)
-                elif qp.pending:
-                    self._ack_pending[qp.qpn] = qp
-                    due = qp.ack_due()
-                    if due is not None and (self._due is None or due < self._due):
-                        self._due = due
-                if finished:
-                    self.on_done(record)
-            elif opcode == bth.ACKNOWLEDGE:
-                try:
-                    if bth.parse_ack(self._rxview[:n]).kind == bth.CLOSE_KIND:
-                        qp.closed, qp.closed_at = True, time.monotonic()
-                except ValueError:
-                    self.bad_packets += 1
-            else:
-                self.bad_packets += 1
-
-    def count_window(self, start: float, end: float) -> None:
-        """Count every receive QP's delivered bytes when the wall clock passes ``start``
-        and ``end`` (its first packet that arrives later): a steady-state window."""
-        self._marks = sorted((start, end))
-        self._next_mark = self._marks[0]
-
-    def _pass_mark(self) -> None:
-        # every packet before this one arrived before the mark (to within a socket's batch)
-        self._mark_bytes.append({qpn: qp.bytes for qpn, (_, qp) in self.receivers.items()})
-        del self._marks[0]
-        self._next_mark = self._marks[0] if self._marks else float("inf")
-
-    def _log_arrival(self, qpn: int, wall: float, owd_us: int) -> None:
-        # all emulated hosts share one clock, so the sender's stamp is our time too
-        self.arrivals.setdefault(qpn, array("d")).extend((wall, wall - owd_us * 1e-6))
-
-    def _send_ack(self, qp: RecvQP) -> None:
-        self._ack_pending.pop(qp.qpn, None)
-        self._send_control(qp, qp.make_ack())
-
-    def _send_control(self, qp: RecvQP, packet: bytes) -> None:
-        """Send an ACK or CNP of ``qp`` to the source of its latest data packet."""
-        sock, nic, addr, tos = self._reply[qp.qpn]
-        # it leaves by the same NIC as data: it takes its bytes from the NIC's
-        # pacer, so data and control packets together stay within the link rate
-        pacer = self._pacer(nic, time.monotonic())
-        pacer.bucket.spend(len(packet) + _WIRE_EXTRA)
-        pacer.departs(len(packet) + _WIRE_EXTRA)
-        try:
-            if tos:
-                # the listener is shared by all traffic classes: set TOS per datagram
-                sock.sendmsg([packet], [(socket.IPPROTO_IP, socket.IP_TOS,
-                                         struct.pack("i", tos))], 0, addr)
-            else:
-                sock.sendto(packet, addr)
-        except OSError:
-            self.send_errors += 1
-
     # -- timers ------------------------------------------------------------------------
     def service(self, now: float) -> float | None:
         """Loss timers, pacing and delayed ACKs; return when to run next.
 
         When nothing but time changed since the last call (no ACK, CNP or new
-        transfer) and what it asked for is not due, it answers the same again.
+        transfer) and what it asked for is not due, it answers the same again
+        (or the delayed ACK an arrival made due since, if that is earlier).
         """
+        acks = self.receiver.ack_due
+        if acks is not None:  # a delayed ACK an arrival made due since the last call
+            self.receiver.ack_due = None
+            if self._due is None or acks < self._due:
+                self._due = acks
         if not self._dirty and (self._due is None or now < self._due):
             return self._due
         self._dirty = False
         wake = self._run_loss_timers(now)
-        wake = self._pace(now, wake)
-        wake = self._send_due_acks(now, wake)
+        sent: set[_Sender] = set()
+        send, reserve = self._send_data, self._wake_reserve
+        for pacer in self.pacers.values():
+            wake = pacer.serve(now, wake, send, reserve, sent)
+        for sender in sent:  # what they just sent may start a loss timer
+            due = sender.qp.loss.deadline()
+            if due is not None and (wake is None or due < wake):
+                wake = due
+        wake = self.receiver.send_due_acks(now, wake)
         self._due = wake
         return wake
 
@@ -725,164 +652,36 @@ class RoceEngine(Engine):
                 self._retire(sender)
                 continue
             qp = sender.qp
-            due = qp.deadline()
+            loss = qp.loss
+            due = loss.deadline()
             if due is not None and due <= now:
-                qp.on_timer(now)
+                loss.on_timer(now)
                 if qp.failed:
                     self._retire(sender)
                     self.on_fail(sender.record, qp.failed)
                     continue
-                due = qp.deadline()
+                due = loss.deadline()
             if due is not None and (wake is None or due < wake):
-                wake = due
-        return wake
-
-    def _pace(self, now: float, wake: float | None) -> float | None:
-        """Send what each NIC's tokens and its senders' windows allow; return ``wake``
-        or, if earlier, when a NIC or a sender can go on."""
-        sent: set[_Sender] = set()
-        for pacer in self.pacers.values():
-            active = pacer.active
-            if not active:
-                # nothing to send: a plan made while it had is void (the next message
-                # may start a compute phase later; that wait is not the agent's)
-                pacer.planned = None
-                pacer.account(now, None)
-                continue
-            bucket = pacer.bucket
-            tokens = bucket.refill(now)
-            # the send planned when the tokens ran out, if it is due (else it stays)
-            planned = pacer.planned
-            if planned is not None and now >= planned:
-                pacer.planned = None
-            else:
-                planned = None
-            idle, size = 0, len(active)
-            while tokens > 0 and idle < size:
-                conn = active[0]
-                active.rotate(-1)
-                sender = conn.ready(now)
-                if sender is not None:
-                    idle = 0
-                    if planned is not None:
-                        pacer.sending(now, planned)
-                        planned = None
-                    tokens -= self._send_data(sender, now)
-                    sent.add(sender)
-                else:
-                    idle += 1
-                    paced = conn.paced_until(now)
-                    if paced is not None and (wake is None or paced < wake):
-                        wake = paced
-            bucket.tokens = tokens
-            pacer.account(now, None if tokens <= 0 else self._held(active))
-            if tokens <= 0:
-                ready = bucket.ready_at(now, self._wake_reserve)
-                # a plan only when the tokens, not the windows, hold the senders back: a
-                # send that waits for an ACK is the transport's, however late it comes
-                if any(conn.ready(ready) for conn in active):
-                    pacer.planned = ready
-                if wake is None or ready < wake:
-                    wake = ready
-        for sender in sent:  # what they just sent may start a loss timer
-            due = sender.qp.deadline()
-            if due is not None and (wake is None or due < wake):
-                wake = due
-        return wake
-
-    @staticmethod
-    def _held(active: deque[_Connection]) -> str:
-        """Why a NIC with tokens left sent nothing more (see ``_Pacer.held_s``)."""
-        for conn in active:
-            if conn.window.full and any(s.qp.has_packet() for s in conn.senders):
-                return "window"
-        return "waiting"
-
-    def _send_due_acks(self, now: float, wake: float | None) -> float | None:
-        """Send the delayed ACKs that are due; return ``wake`` or the next one, if earlier."""
-        for qp in list(self._ack_pending.values()):
-            due = qp.ack_due()
-            if due is None:
-                del self._ack_pending[qp.qpn]
-            elif due <= now:
-                self._send_ack(qp)
-            elif wake is None or due < wake:
                 wake = due
         return wake
 
     def linger_until(self) -> float | None:
-        """Monotonic time until which finished receive QPs should still answer.
-
-        A finished receiver keeps acknowledging retransmissions (its last
-        ACK may have been lost) until the sender's CLOSE arrives or
-        ``linger_s`` passed without a packet, and after the CLOSE goes on
-        counting the packets still in flight for ``close_linger`` packet times.
-        """
-        until = None
-        for record, qp in self.receivers.values():
-            if not qp.complete:
-                continue
-            if not qp.closed:
-                t = qp.last_rx + self.config.linger_s
-            else:  # packets the sender sent before it saw the last ACK are still coming
-                t = qp.closed_at + self.config.timers.close_linger * self.packet_time
-            until = t if until is None else max(until, t)
-        return until
+        """Monotonic time until which finished receive QPs should still answer
+        (:meth:`RoceReceiver.linger_until`)."""
+        return self.receiver.linger_until()
 
     # -- results -----------------------------------------------------------------------
     def snapshot(self) -> None:
         """Copy bytes and counters into every record's row."""
-        for sender in self.senders.values():
-            qp, record = sender.qp, sender.record
-            record.bytes = qp.bytes_acked
-            record.extra.update(
-                qpn=qp.qpn, packets=qp.count, **qp.counters(),
-                out_of_order=qp.peer_out_of_order, duplicates=qp.peer_duplicates,
-                cwnd_final=round(qp.cwnd, 2), cc=qp.control.name,
-                base_delay_us=_us(getattr(qp.control, "base_delay", None)),
-                srtt_us=None if qp.srtt is None else round(qp.srtt * 1e6),
-                reorder_mult=qp.reorder_mult, loss_cuts=qp.loss_cuts,
-                undone_cuts=qp.undone_cuts,
-                delay_cuts=getattr(qp.control, "decreases", None),
-                rate_final_mbps=(round(qp.control.rate * 8 / 1e6, 3) if qp.rate_paced
-                                 else None),
-                entropy_ports=sender.conn.entropy.count, recycled_packets=sender.recycled)
-        for record, qp in self.receivers.values():
-            record.bytes = qp.bytes
-            record.extra.update(qpn=qp.qpn, packets=qp.count, **qp.counters(),
-                                packets_sent=qp.acks_sent, retransmitted=0, lost_detected=0,
-                                cwnd_final=None)
-            if self._mark_bytes or self._marks:
-                # an edge no packet passed came after the QP's last byte: all of it
-                edges = [marks.get(qp.qpn, 0) for marks in self._mark_bytes]
-                edges += [qp.bytes] * len(self._marks)
-                record.extra.update(bytes_at_window_start=edges[0],
-                                    bytes_at_window_end=edges[1])
-            if self.arrivals is not None:
-                flat = self.arrivals.get(qp.qpn, ())
-                record.extra["arrivals"] = [[round(flat[i], 4), round(flat[i + 1], 4)]
-                                            for i in range(0, len(flat), 2)]
+        report.fill_send_rows(self.senders.values())
+        report.fill_recv_rows(self.receiver)
 
     def totals(self) -> dict[str, float]:
         """Counters summed over the agent's queue pairs (call after :meth:`snapshot`),
         and the NICs' wire time busy, lost to the agent's lateness, held by full windows
         and waiting for something to send while messages were open (``pacer_busy_s``,
         ``pacer_late_s``, ``pacer_window_s``, ``pacer_waiting_s``, see :class:`_Pacer`)."""
-        send = [s.qp for s in self.senders.values()]
-        recv = [qp for _, qp in self.receivers.values()]
-        totals = Counter(dict.fromkeys(SendQP.COUNTERS + RecvQP.COUNTERS, 0))
-        for qp in send + recv:
-            totals.update(qp.counters())
-        totals.update(bytes_sent_acked=sum(q.bytes_acked for q in send),
-                      bytes_received=sum(q.bytes for q in recv), unknown_qp=self.unknown_qp,
-                      bad_packets=self.bad_packets, send_errors=self.send_errors,
-                      icmp_errors=self.icmp_errors)
-        pacers = self.pacers.values()
-        totals.update(pacer_busy_s=round(sum(p.busy_s for p in pacers), 6),
-                      pacer_late_s=round(sum(p.late_s for p in pacers), 6),
-                      pacer_window_s=round(sum(p.held_s["window"] for p in pacers), 6),
-                      pacer_waiting_s=round(sum(p.held_s["waiting"] for p in pacers), 6))
-        return dict(totals)
+        return report.totals(self)
 
     def close(self) -> None:
         """Close every socket the engine opened."""
@@ -890,5 +689,5 @@ class RoceEngine(Engine):
             self.loop.unregister(sock)
             sock.close()
         self._own.clear()
-        self.listeners.clear()
+        self.receiver.listeners.clear()
         self.pools.clear()

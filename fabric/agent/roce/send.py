@@ -155,21 +155,17 @@ class SendQP:
         self.una = 0
         self.acked = 0
         self.inflight = 0
-        self.backoff = 1
-        self.timeouts_in_row = 0
-        self.undone_cuts = 0
-        self.loss_cuts = 0
         self.overtaken_late = False     # a lost-marked original was delivered (this ACK)
         self.peer_duplicates = 0
         self.peer_out_of_order = 0
         # reported per transfer (COUNTERS)
         self.packets_sent = 0
         self.retransmitted = 0
-        self.lost_detected = 0
-        self.rto_count = 0
         self.acks_received = 0
         self.cnps_received = 0
         self.failed: str | None = None
+        # after the state it reads: it keeps references to those arrays
+        self.loss = LossRecovery(self)
 
     # the connection's state, read (and in tests set) through the message
     cwnd = property(lambda self: self.win.cwnd,
@@ -184,6 +180,11 @@ class SendQP:
     reorder_mult = property(lambda self: self.win.reorder_mult)
     rack_tx = property(lambda self: self.win.rack_tx)
     next_send_at = property(lambda self: self.win.next_send_at)
+    # the loss recovery's counters, reported with the message's
+    lost_detected = property(lambda self: self.loss.lost_detected)
+    rto_count = property(lambda self: self.loss.rto_count)
+    loss_cuts = property(lambda self: self.loss.loss_cuts)
+    undone_cuts = property(lambda self: self.loss.undone_cuts)
 
     # -- state -------------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
@@ -287,7 +288,7 @@ class SendQP:
             # the original arrived before its repair was sent: proof, without
             # waiting for a duplicate, that reordering outlasted the allowance
             self.overtaken_late = True
-            self._spurious(1)
+            self.loss.spurious(1)
         self.state[psn] = ACKED
         self.acked += 1
         if not self.retx[psn] and self.sent_tx[psn] > self.win.rack_tx:
@@ -334,15 +335,16 @@ class SendQP:
                 win.episodes_since_widening = 0
             self.overtaken_late = False
         if duplicated:
-            self._spurious(ack.duplicates - self.peer_duplicates)
+            self.loss.spurious(ack.duplicates - self.peer_duplicates)
         self.peer_duplicates = max(self.peer_duplicates, ack.duplicates)
         self.peer_out_of_order = max(self.peer_out_of_order, ack.out_of_order)
         delay = ack.owd_us / 1e6 if ack.owd_us else None
         win.cwnd = win.control.on_ack(win.cwnd, newly, delay, now, win.srtt or win.rto)
         if newly:
-            self.timeouts_in_row = 0
-            self.backoff = 1
-            self.detect_losses(now)
+            loss = self.loss
+            loss.timeouts_in_row = 0
+            loss.backoff = 1
+            loss.detect(now)
         return newly
 
     def _rtt_sample(self, rtt: float) -> None:
@@ -355,8 +357,61 @@ class SendQP:
             win.srtt += 0.125 * (rtt - win.srtt)
         win.rto = min(max(win.srtt + 4 * win.rttvar, self.cc.min_rto_s), self.cc.max_rto_s)
 
-    # -- loss detection ----------------------------------------------------------------
+    # -- loss detection (see :class:`LossRecovery`) -------------------------------------
     def loss_threshold(self) -> float | None:
+        """Age after which a packet overtaken by a delivered one is lost
+        (:meth:`LossRecovery.threshold`)."""
+        return self.loss.threshold()
+
+    def deadline(self) -> float | None:
+        """Monotonic time at which :meth:`on_timer` has work, if any
+        (:meth:`LossRecovery.deadline`)."""
+        return self.loss.deadline()
+
+    def on_timer(self, now: float) -> None:
+        """Run time-threshold detection and the retransmission timeout
+        (:meth:`LossRecovery.on_timer`)."""
+        self.loss.on_timer(now)
+
+
+class LossRecovery:
+    """Loss detection and timers of one :class:`SendQP`: RACK's time threshold, the
+    retransmission timeout with its backoff, the window cut once per episode and its
+    undo when the losses prove spurious (see the module docstring).
+
+    It marks the message's packets lost in the message's own state (``state``,
+    ``lost``, ``inflight``), whose arrays it holds directly: the checks run on
+    every ACK that delivers something.
+
+    Parameters
+    ----------
+    qp : SendQP
+        The message it recovers (its arrays and window are made first).
+    """
+
+    __slots__ = ("qp", "win", "cc", "state", "sent_at", "sent_tx", "outstanding", "lost",
+                 "backoff", "timeouts_in_row", "loss_cuts", "undone_cuts", "lost_detected",
+                 "rto_count")
+
+    def __init__(self, qp: SendQP) -> None:
+        self.qp = qp
+        self.win = qp.win
+        self.cc = qp.cc
+        # the message's arrays, never rebound: read without going through the message
+        self.state = qp.state
+        self.sent_at = qp.sent_at
+        self.sent_tx = qp.sent_tx
+        self.outstanding = qp.outstanding
+        self.lost = qp.lost
+        self.backoff = 1
+        self.timeouts_in_row = 0
+        self.loss_cuts = 0
+        self.undone_cuts = 0
+        # reported per transfer with the message's counters (SendQP.COUNTERS)
+        self.lost_detected = 0
+        self.rto_count = 0
+
+    def threshold(self) -> float | None:
         """Age after which a packet overtaken by a delivered one is lost."""
         win = self.win
         if win.srtt is None:
@@ -367,7 +422,7 @@ class SendQP:
         allowance = win.reorder_mult * max(self.cc.min_reorder_s, rtt / 4)
         return rtt * self.cc.rtt_factor + allowance
 
-    def _head(self) -> tuple[int, int] | None:
+    def head(self) -> tuple[int, int] | None:
         """Oldest transmission still in flight as (psn, tx); drops stale entries."""
         outstanding = self.outstanding
         state, sent_tx = self.state, self.sent_tx
@@ -378,14 +433,14 @@ class SendQP:
             outstanding.popleft()
         return None
 
-    def detect_losses(self, now: float) -> int:
+    def detect(self, now: float) -> int:
         """Declare time-threshold losses; return how many were declared."""
-        threshold = self.loss_threshold()
+        threshold = self.threshold()
         if threshold is None:
             return 0
         found = 0
         while True:
-            head = self._head()
+            head = self.head()
             if head is None:
                 break
             psn, tx = head
@@ -394,20 +449,22 @@ class SendQP:
             if tx > self.win.rack_tx or now - self.sent_at[psn] < threshold:
                 break
             self.outstanding.popleft()
-            self._mark_lost(psn)
+            self.mark_lost(psn)
             found += 1
         if found:
-            self._cut(now, found)
+            self.cut(now, found)
         return found
 
-    def _mark_lost(self, psn: int) -> None:
+    def mark_lost(self, psn: int) -> None:
+        """Declare the transmission of ``psn`` in flight lost: it waits for its repair."""
         self.state[psn] = LOST
-        self.inflight -= 1
+        self.qp.inflight -= 1
         self.win.inflight -= 1
         self.lost.append(psn)
         self.lost_detected += 1
 
-    def _cut(self, now: float, marked: int) -> None:
+    def cut(self, now: float, marked: int) -> None:
+        """Cut the window for ``marked`` new losses (once per episode, see below)."""
         # halve once per RTT however many losses that RTT had, in all the
         # connection's messages
         win = self.win
@@ -425,7 +482,7 @@ class SendQP:
         elif win.undo_cwnd is not None:
             win.undo_pending += marked  # more marks of the same episode
 
-    def _spurious(self, count: int) -> None:
+    def spurious(self, count: int) -> None:
         """``count`` packets marked lost were delivered after all: once every
         mark of the last cut's episode proves spurious, restore its window."""
         win = self.win
@@ -439,21 +496,21 @@ class SendQP:
 
     def deadline(self) -> float | None:
         """Monotonic time at which :meth:`on_timer` has work, if any."""
-        head = self._head()
+        head = self.head()
         if head is None:
             return None
         psn, tx = head
         when = self.sent_at[psn]
         rto_at = when + self.win.rto * self.backoff
-        threshold = self.loss_threshold()
+        threshold = self.threshold()
         if threshold is not None and tx < self.win.rack_tx:
             return min(rto_at, when + threshold)
         return rto_at
 
     def on_timer(self, now: float) -> None:
         """Run time-threshold detection and the retransmission timeout."""
-        self.detect_losses(now)
-        head = self._head()
+        self.detect(now)
+        head = self.head()
         rto = self.win.rto
         if head is None or now - self.sent_at[head[0]] < rto * self.backoff:
             return
@@ -462,18 +519,18 @@ class SendQP:
         self.rto_count += 1
         self.timeouts_in_row += 1
         if self.timeouts_in_row > self.cc.max_timeouts:
-            self.failed = (f"no acknowledgement after {self.timeouts_in_row - 1} "
-                           f"retransmission timeouts")
+            self.qp.failed = (f"no acknowledgement after {self.timeouts_in_row - 1} "
+                              f"retransmission timeouts")
             return
         marked = 0
         while True:
-            head = self._head()
+            head = self.head()
             if head is None:
                 break
             self.outstanding.popleft()
-            self._mark_lost(head[0])
+            self.mark_lost(head[0])
             marked += 1
         self.backoff = min(self.backoff * 2, 64)
         if rto * self.backoff > self.cc.max_rto_s:
             self.backoff = max(1, int(self.cc.max_rto_s / rto))
-        self._cut(now, marked)
+        self.cut(now, marked)

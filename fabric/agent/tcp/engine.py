@@ -9,6 +9,8 @@ from the source port the plan assigns the key
 reproducible) and kept for later transfers, which queue on them in FIFO
 order. The receiver answers each complete part with a DONE frame; the
 sender then reads ``tcp_info`` for that part's retransmissions and RTT.
+The receiving side (listeners, parts arriving, DONE frames) is
+:class:`~fabric.agent.tcp.receiver.TcpReceiver`.
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from selectors import EVENT_READ as READ, EVENT_WRITE as WRITE
 from typing import Any, Callable, Mapping
 
 from fabric.agent.core.engine import Engine
 from fabric.agent.core.loop import EventLoop
 from fabric.agent.core.records import TransferRecord
 from fabric.agent.tcp import framing
+from fabric.agent.tcp.receiver import TcpReceiver
 from fabric.agent.tcp.tcpinfo import tcp_info
 from fabric.traffic.model import TCP_DATA_PORT, TransportSpec
 
-READ, WRITE = 1, 2  # selectors.EVENT_READ, EVENT_WRITE
 _RETRY_ERRNOS = {errno.ECONNREFUSED, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH,
                  errno.ECONNRESET, errno.EADDRNOTAVAIL}
 
@@ -73,14 +76,6 @@ class _SendState:
     left: int = 0
 
 
-@dataclass
-class _RecvState:
-    record: TransferRecord
-    sizes: list[int]
-    done_parts: set[int] = field(default_factory=set)
-    parts: list[dict[str, Any]] = field(default_factory=list)
-
-
 class _SendConn:
     """A persistent connection we opened, carrying parts in FIFO order."""
 
@@ -97,19 +92,6 @@ class _SendConn:
         self.reader = framing.FrameReader()
         self.events = 0
         self.local_port: int | None = None
-
-
-class _RecvConn:
-    """A connection a peer opened to our listener."""
-
-    def __init__(self, sock: socket.socket, peer: tuple[str, int]) -> None:
-        self.sock = sock
-        self.peer = peer
-        self.reader = framing.FrameReader()
-        self.current: _RecvState | None = None
-        self.current_bytes = 0
-        self.out = bytearray()
-        self.events = READ
 
 
 class TcpEngine(Engine):
@@ -143,16 +125,15 @@ class TcpEngine(Engine):
         super().__init__(loop, spec, addresses, on_done, on_fail, config, source_ports,
                          open_socket)
         self.errors: list[str] = []
-        self.listeners: list[socket.socket] = []
         self.conns: dict[tuple[str, int, int, int], _SendConn] = {}
-        self.accepted: list[_RecvConn] = []
         self.sends: dict[str, _SendState] = {}
-        self.expect: dict[str, _RecvState] = {}
         self._zeros = memoryview(bytes(config.chunk))
-        self._rx = bytearray(1 << 20)
+        self._rx = bytearray(1 << 20)  # shared with the receiver: one loop reads both
         self._rxview = memoryview(self._rx)
+        self.receiver = TcpReceiver(loop, spec, config, open_socket, on_done, self.errors,
+                                    self._rx)
 
-    # -- listeners ---------------------------------------------------------------------
+    # -- receiving (see :class:`~fabric.agent.tcp.receiver.TcpReceiver`) ----------------
     def bind(self) -> None:
         """Listen on port 7100 of every own NIC.
 
@@ -161,132 +142,11 @@ class TcpEngine(Engine):
         OSError
             If a port is busy.
         """
-        for address in self.addresses:
-            sock = self.open_socket(socket.AF_INET, socket.SOCK_STREAM)
-            self.listeners.append(sock)
-            # TIME_WAIT from an earlier run must not block the bind; a live
-            # listener still does (that is the busy-port check)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((address, self.config.port))
-            sock.listen(256)
-            sock.setblocking(False)
-            self.loop.register(sock, READ, functools.partial(self._on_accept, sock))
+        self.receiver.bind(self.addresses)
 
-    def _on_accept(self, listener: socket.socket, _mask: int) -> None:
-        while True:
-            try:
-                sock, peer = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self.errors.append(f"accept: {exc}")
-                return
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _RecvConn(sock, peer)
-            self.accepted.append(conn)
-            self.loop.register(sock, READ, functools.partial(self._on_recv_conn, conn))
-
-    # -- receiving ---------------------------------------------------------------------
     def add_recv(self, record: TransferRecord) -> None:
         """Expect ``record``'s parts on any connection."""
-        sizes = framing.split_parts(record.transfer.bytes, self.spec.connections)
-        self.expect[record.id] = _RecvState(record, sizes)
-        record.extra["parts"] = []
-
-    def _on_recv_conn(self, conn: _RecvConn, mask: int) -> None:
-        if mask & WRITE:
-            self._flush(conn)
-        if not mask & READ:
-            return
-        try:
-            n = conn.sock.recv_into(self._rx)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            n = 0
-            self.errors.append(f"connection from {conn.peer[0]}:{conn.peer[1]}: {exc}")
-        if n == 0:
-            if conn.current is not None or conn.reader.in_payload:
-                self.errors.append(f"connection from {conn.peer[0]}:{conn.peer[1]} closed "
-                                   f"in the middle of a part")
-            self._drop_recv(conn)
-            return
-        try:
-            events = conn.reader.feed(self._rxview[:n])
-        except framing.FrameError as exc:
-            self.errors.append(f"connection from {conn.peer[0]}: {exc}")
-            self._drop_recv(conn)
-            return
-        for kind, value in events:
-            if kind == "payload":
-                conn.current_bytes += value  # type: ignore[operator]
-                if conn.current is not None:
-                    conn.current.record.bytes += value  # type: ignore[operator]
-            elif kind == "header":
-                self._part_header(conn, value)  # type: ignore[arg-type]
-            else:
-                self._part_end(conn, value)  # type: ignore[arg-type]
-        if conn.out:
-            self._flush(conn)
-
-    def _part_header(self, conn: _RecvConn, header: framing.Header) -> None:
-        conn.current_bytes = 0
-        conn.current = None
-        if header.kind != framing.DATA:
-            self.errors.append(f"unexpected frame kind {header.kind} from {conn.peer[0]}")
-            return
-        state = self.expect.get(header.transfer_id)
-        if state is None:
-            self.errors.append(f"data for unknown transfer {header.transfer_id!r} "
-                               f"from {conn.peer[0]}")
-            return
-        if header.part >= len(state.sizes) or state.sizes[header.part] != header.length \
-                or header.part in state.done_parts:
-            self.errors.append(f"{header.transfer_id}: unexpected part {header.part} of "
-                               f"{header.length} bytes")
-            return
-        conn.current = state
-        if state.record.start is None:
-            state.record.start = time.time()
-
-    def _part_end(self, conn: _RecvConn, header: framing.Header) -> None:
-        transfer_id, part = header.transfer_id, header.part
-        state = conn.current
-        conn.current = None
-        if state is None:
-            return
-        now = time.time()
-        state.done_parts.add(part)
-        state.parts.append({"index": part, "bytes": conn.current_bytes, "end": now,
-                            "peer_port": conn.peer[1]})
-        conn.out += framing.encode(framing.DONE, transfer_id, part, conn.current_bytes)
-        expected = sum(1 for size in state.sizes if size)
-        record = state.record
-        if len(state.done_parts) == expected and record.end is None:
-            record.end = now
-            record.extra["parts"] = sorted(state.parts, key=lambda p: p["index"])
-            self.on_done(record)
-
-    def _flush(self, conn: _RecvConn) -> None:
-        try:
-            sent = conn.sock.send(conn.out)
-            del conn.out[:sent]
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError as exc:
-            self.errors.append(f"DONE to {conn.peer[0]}: {exc}")
-            conn.out.clear()
-        want = READ | (WRITE if conn.out else 0)
-        if want != conn.events:
-            conn.events = want
-            self.loop.modify(conn.sock, want, functools.partial(self._on_recv_conn, conn))
-
-    def _drop_recv(self, conn: _RecvConn) -> None:
-        self.loop.unregister(conn.sock)
-        conn.sock.close()
-        if conn in self.accepted:
-            self.accepted.remove(conn)
+        self.receiver.add_recv(record)
 
     # -- sending -----------------------------------------------------------------------
     def start_send(self, record: TransferRecord, now: float) -> None:
@@ -513,9 +373,7 @@ class TcpEngine(Engine):
 
     def linger_until(self) -> float | None:
         """Keep the agent running while a DONE frame is still unsent (else None)."""
-        if any(conn.out for conn in self.accepted):
-            return time.monotonic() + 0.01
-        return None
+        return self.receiver.linger_until()
 
     # -- results -----------------------------------------------------------------------
     def snapshot(self) -> None:
@@ -529,14 +387,12 @@ class TcpEngine(Engine):
                 retransmits=sum(p.retransmits or 0 for p in state.parts),
                 rtt_us=round(sum(rtts) / len(rtts)) if rtts else None,
                 parts=[p.row() for p in state.parts])
-        for state in self.expect.values():
-            if state.record.end is None:
-                state.record.extra["parts"] = sorted(state.parts, key=lambda p: p["index"])
-            state.record.extra["connections"] = len(state.parts)
+        self.receiver.snapshot()
 
     def close(self) -> None:
         """Close listeners and connections (a graceful FIN for open ones)."""
-        socks = list(self.listeners) + [c.sock for c in self.accepted] \
+        receiver = self.receiver
+        socks = list(receiver.listeners) + [c.sock for c in receiver.accepted] \
             + [c.sock for c in self.conns.values() if c.sock is not None]
         for sock in socks:
             self.loop.unregister(sock)
@@ -544,6 +400,6 @@ class TcpEngine(Engine):
                 sock.close()
             except OSError:
                 pass
-        self.listeners.clear()
-        self.accepted.clear()
+        receiver.listeners.clear()
+        receiver.accepted.clear()
         self.conns.clear()
