@@ -38,7 +38,8 @@ from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
 from fabric.routing.config import ControllerConfig
-from fabric.routing.policies import POLICIES
+from fabric.routing.deadlock import dependency_cycle, describe_cycle
+from fabric.routing.policies import POLICIES, policy_route_tables
 from fabric.routing.static import StaticRoutingError, static_route_tables
 from fabric.routing.switch_ar import ArParams, check_port_sets
 from fabric.routing.tables import route_tables
@@ -287,6 +288,14 @@ class Emulation:
         except (StaticRoutingError, ValueError, adaptive_routing.AdaptiveRoutingError,
                 libbpf.BpfError) as exc:
             raise EmulationError(str(exc)) from None
+        if self.options.flow_control and not (self.options.controller_app
+                                              or self.options.remote_controller):
+            cycle = dependency_cycle(self.graph,
+                                     policy_route_tables(self.options.policy, self.graph))
+            if cycle:  # a run may build one on purpose; its pauses will show it
+                self.report.warnings.append(
+                    f"the routes can deadlock the lossless lanes: the links "
+                    f"{describe_cycle(cycle)} may each wait for the next")
 
     @property
     def _frame_bytes(self) -> int:

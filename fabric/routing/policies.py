@@ -62,6 +62,14 @@ def multipath(policy: str) -> bool:
     return sprays(policy) or policy == "ar"
 
 
+def policy_route_tables(policy: str, graph: nx.Graph, down: Iterable[frozenset] = ()
+                        ) -> dict[str, dict[str, tuple[int, ...]]]:
+    """``{switch: {destination ip: ports}}`` that ``policy`` installs: one planned port
+    per destination (static) or every equal-cost port (the others; adaptive and ar
+    choose among them)."""
+    return static_route_tables(graph, down) if policy == "static" else route_tables(graph, down)
+
+
 def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = (),
                     lanes: LaneConfig = SINGLE_LANE,
                     weights: dict[str, Weights] | None = None,
@@ -90,8 +98,8 @@ def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = ()
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     if policy != "adaptive" and weights:
         raise ValueError(f"{policy} uses equal weights")
-    tables = static_route_tables(graph, down) if policy == "static" else route_tables(graph, down)
-    intents = build_intents(graph, tables, lanes, weights, previous, default_weight)
+    intents = build_intents(graph, policy_route_tables(policy, graph, down), lanes, weights,
+                            previous, default_weight)
     if policy == "adaptive":
         intents = {sw: dataclasses.replace(intent, flows=intent.flows + (PROBE_FLOW,))
                    for sw, intent in intents.items()}
