@@ -22,6 +22,7 @@ from fabric.host import system
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl, lossless_lanes, spare_headroom_pkts
 from fabric.model.lanes import LaneConfig
+from fabric.traffic.model import Plan
 
 
 @dataclass
@@ -114,20 +115,21 @@ class FlowControlSession:
         return flowcontrol.lane_drops(stats, self.lanes)
 
     @contextmanager
-    def watch(self, start_at: float) -> Iterator[LosslessWatch]:
+    def watch(self, plan: Plan) -> Iterator[LosslessWatch]:
         """Measure flow control around the body: every link direction's pauses (their
-        share of the time from ``start_at``, wall time), deepest buffer and drops; the
-        check that no lossless lane dropped a packet, at a switch's admission or in any
-        egress queue; drops behind a pause that came later than the headroom covers are
-        the machine's load (it ran the daemon late), counted in a check of their own."""
+        share of the time from ``plan.start_at``, read when the body ends: the agents'
+        common start is only set inside it), deepest buffer and drops; the check that
+        no lossless lane dropped a packet, at a switch's admission or in any egress
+        queue; drops behind a pause that came later than the headroom covers are the
+        machine's load (it ran the daemon late), counted in a check of their own."""
         watch = LosslessWatch()
         before, queues_before = self.counters.read(self.lanes), self.queue_drops()
         self.counters.reset_max_held(self.lanes)
         since = time.monotonic_ns()
         yield watch
         after, queues_after = self.counters.read(self.lanes), self.queue_drops()
-        watch.rows = flowcontrol.link_rows(self.graph, before, after, time.time() - start_at,
-                                           self.frame_bytes)
+        watch.rows = flowcontrol.link_rows(self.graph, before, after,
+                                           time.time() - plan.start_at, self.frame_bytes)
         late = self.pause_lateness(since)
         spare = spare_headroom_pkts(self.flow_control)
         admission = sum(r["drops"] for r in watch.rows)

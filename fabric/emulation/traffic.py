@@ -324,7 +324,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
         emu.state.root_intfs, packet_bytes * 8 / (rates.host_mbps * 1e6) if rates else None,
         packet_bytes + ETHERNET_HEADER_BYTES)
     agents: dict[str, subprocess.Popen] = {}  # label (its endpoints) -> process
-    watch = emu.flow_control.watch(plan.start_at) if emu.flow_control else nullcontext(
+    watch = emu.flow_control.watch(plan) if emu.flow_control else nullcontext(
         LosslessWatch())
     with watch as lossless:
         checks, errors, logs, series = _run_agents(emu, plan, plan_path, workdir, groups,
