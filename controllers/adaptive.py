@@ -35,6 +35,13 @@ class AdaptiveApp(PolicyApp):
         self.probes_returned = 0
         super().__init__(*args, **kwargs)
 
+    @property
+    def _balancer(self) -> AdaptiveBalancer:
+        """The balancer, made by the first :meth:`compute` (from ``__init__``)."""
+        if self.balancer is None:
+            raise RuntimeError("the adaptive app has no balancer before its first compute")
+        return self.balancer
+
     def compute(self) -> dict[str, SwitchIntent]:
         """Routes for the current link state with the balancer's weights."""
         if self.balancer is None:
@@ -63,9 +70,9 @@ class AdaptiveApp(PolicyApp):
         """Feed the last round's queueing delays to the balancer, then send one probe
         out of every live switch-to-switch port of every connected switch."""
         now = time.monotonic()
-        before = self.balancer.slow_ports()
+        before = self._balancer.slow_ports()
         for (switch, port), delay in self.probes.close_round(now).items():
-            self.balancer.observe_queueing(switch, port, delay)
+            self._balancer.observe_queueing(switch, port, delay)
         self._report_slow(before)
         for (switch, port), nbr in self.neighbour.items():
             datapath = self.datapaths.get(switch)
@@ -89,7 +96,7 @@ class AdaptiveApp(PolicyApp):
 
     def _report_slow(self, before: dict[tuple[str, int], float]) -> None:
         """An event (and a fresh status file) for every port found slow or recovered."""
-        after = self.balancer.slow_ports()
+        after = self._balancer.slow_ports()
         for switch, port in sorted(after.keys() - before.keys()):
             self._event(f"{switch} port {port} slow: {after[(switch, port)]:.0%} of its rate")
         for switch, port in sorted(before.keys() - after.keys()):
@@ -116,10 +123,10 @@ class AdaptiveApp(PolicyApp):
             return
         now = time.monotonic()
         ofp = ev.msg.datapath.ofproto
-        before = self.balancer.slow_ports()
-        self.balancer.observe(switch, now, {s.port_no: (s.tx_bytes, s.tx_dropped)
-                                            for s in ev.msg.body if s.port_no < ofp.OFPP_MAX})
+        before = self._balancer.slow_ports()
+        self._balancer.observe(switch, now, {s.port_no: (s.tx_bytes, s.tx_dropped)
+                                             for s in ev.msg.body if s.port_no < ofp.OFPP_MAX})
         self._report_slow(before)
         port_sets = [tuple(b.port for b in g.buckets) for g in self.intents[switch].groups]
-        if self.balancer.rebalance(switch, now, port_sets):
+        if self._balancer.rebalance(switch, now, port_sets):
             self.refresh(f"{switch} weights")

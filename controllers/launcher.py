@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import cast
 
 from controllers import POLICIES, runtime, userapp
 from fabric import argtypes
@@ -80,12 +81,13 @@ def run(args: argparse.Namespace) -> int:
     runtime.configure(runtime.RuntimeConfig(graph, args.status_file, config))
     cfg.CONF(args=["--ofp-listen-host", args.host, "--ofp-tcp-listen-port", str(args.port)],
              project="os_ken")
-    if args.app and args.status_file and not issubclass(app, PolicyApp):
+    # with --app, app is the class load_app_class returned; without, the policy's module
+    if args.app and args.status_file and not issubclass(cast(type, app), PolicyApp):
         # this app cannot say when its routes are in: the emulation waits for connections
         userapp.write_plain_status(args.status_file, args.app)
     try:
         if args.app:
-            userapp.run_app(app)
+            userapp.run_app(cast(type, app))
         else:
             AppManager.run_apps([POLICIES[args.policy]])
     except KeyboardInterrupt:

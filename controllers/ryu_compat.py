@@ -82,6 +82,7 @@ class _RyuOnOsKen(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         """Give an os-ken module back its own spec, which the import machinery replaced
         with the alias's (the module itself has run already)."""
+        assert module.__spec__ is not None  # the import machinery set it before this call
         name = module.__spec__.name
         if name in _OWN_PACKAGES:
             module.__doc__ = "Ryu's module paths on os-ken (fabric's controllers.ryu_compat)."

@@ -232,7 +232,8 @@ class Agent:
         earliest = 0.0
         if t.delay_s and t.after:
             # when the last dependency completed here (received, or confirmed sent)
-            ends = [r.end for dep in t.after for r in self.by_id[dep] if r.ok]
+            ends = [r.end for dep in t.after for r in self.by_id[dep]
+                    if r.ok and r.end is not None]  # ok: it has an end
             earliest = max(ends) + t.delay_s
         if t.after_start is None:
             return earliest
@@ -420,8 +421,9 @@ def _await_start() -> tuple[float | None, str]:
 def _catch_termination() -> dict[int, Any]:
     """Make SIGTERM and SIGINT raise :class:`_Terminated` (on the main thread only, where
     Python runs signal handlers); return the handlers they had."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} \
-        if threading.current_thread() is threading.main_thread() else {}
+    previous: dict[int, Any] = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)
+    } if threading.current_thread() is threading.main_thread() else {}
     for sig in previous:
         signal.signal(sig, _raise_terminated)
     return previous

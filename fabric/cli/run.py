@@ -234,6 +234,10 @@ def _context_lines(args: argparse.Namespace, parameters: dict[str, Any], speed: 
     return lines
 
 
+def _columns(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(row)
+
+
 def format_table(name: str, outcome: Any) -> str:
     """The experiment's headline table as aligned text, theory notes and validity.
 
@@ -242,7 +246,7 @@ def format_table(name: str, outcome: Any) -> str:
     if not outcome.table:
         return f"{name}: no rows"
     lines: list[str] = []
-    for columns, rows in itertools.groupby(outcome.table, key=lambda row: tuple(row)):
+    for columns, rows in itertools.groupby(outcome.table, key=_columns):
         cells = [[_cell(row.get(c)) for c in columns] for row in rows]
         widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
         lines += [""] if lines else []

@@ -143,7 +143,9 @@ def cmd_traffic(args: argparse.Namespace) -> int:
         print(bring_up_text(emu.report), file=sys.stderr)
         print(f"controller: {controller_text(args)}", file=sys.stderr)
         result = _run(emu, args, transfers, participants, transport, points, workdir)
-    summary = {**summarize(result, spec, participants, emu.report.rate_plan.host_mbps),
+    plan = emu.report.rate_plan
+    assert plan is not None  # bring-up planned the rates
+    summary = {**summarize(result, spec, participants, plan.host_mbps),
                "controller": controller_text(args)}
     return _print(args, summary, result)
 
@@ -202,8 +204,10 @@ def _run(emu: Any, args: argparse.Namespace, transfers: list, participants: list
     print(f"running {len(transfers)} transfers of {args.pattern} on {len(participants)} "
           f"endpoints...", file=sys.stderr)
     try:
-        with (capture(points, args.pcap, emu.state, args.pcap_packets) if args.pcap
-              else contextlib.nullcontext([])) as pcaps:
+        pcapping: contextlib.AbstractContextManager[list[Path]] = (
+            capture(points, args.pcap, emu.state, args.pcap_packets) if args.pcap
+            else contextlib.nullcontext([]))
+        with pcapping as pcaps:
             result = run_plan(emu, plan, workdir)
     finally:
         if args.keep:  # the controller's log is kept with the plan and agent reports

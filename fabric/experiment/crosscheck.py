@@ -54,8 +54,12 @@ def _measure(graph: Any, result: Any, pattern: str, ranks: list[str], size: Any,
              host_mbps: float, link_mbps: Any, spray: bool) -> tuple[float, float]:
     """Mean flow rate over line rate, measured and on the run's ideal."""
     measured = norm_throughput(pattern, timings(records(result.transfer_rows())), ranks, size, host_mbps)
-    ideal = norm_throughput(pattern, timings(ideal_transfers(result, graph, link_mbps, spray)),
-                            ranks, size, host_mbps)
+    transfers = ideal_transfers(result, graph, link_mbps, spray)
+    # None when a per-flow path was not measured; crosscheck passes the emulated paths
+    assert transfers is not None, "the run's ideal needs every transfer's path"
+    ideal = norm_throughput(pattern, timings(transfers), ranks, size, host_mbps)
+    # None for an incomplete run, which a cell cannot compare
+    assert measured is not None and ideal is not None, f"{pattern}: a transfer did not complete"
     return measured, ideal
 
 
@@ -75,6 +79,7 @@ def crosscheck(graph: Any, policy: str, patterns: Iterable[str], seeds: Iterable
     cells = []
     with Emulation(graph, options) as emu:
         plan = emu.report.rate_plan
+        assert plan is not None  # bring-up planned the rates
         transport = TransportSpec("roce", entropy=entropy, entropy_ports=SPRAY_ENTROPY_PORTS,
                                   cc=cc, rate_mbps=plan.host_mbps)
         idle = idle_check(emu, transport, workdir / "idle")

@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import networkx as nx
 
@@ -70,7 +70,10 @@ def inject(emu: Emulation, plan: Plan, injection: Injection) -> Iterator[Injecti
     routed the healed fabric. Times count from ``plan.start_at``, read as the
     actions fall due (the runner may move it while it sets up)."""
     scenario = injection.scenario
-    rates = {link: emu.report.rate_plan.link_mbps[frozenset(link)] for link in scenario.slow}
+    rate_plan, links = emu.report.rate_plan, emu.links
+    # both are set once the fabric is up, which is when faults are injected
+    assert rate_plan is not None and links is not None, "inject on a running emulation"
+    rates = {link: rate_plan.link_mbps[frozenset(link)] for link in scenario.slow}
     stop = threading.Event()
 
     def act() -> None:
@@ -81,14 +84,14 @@ def inject(emu: Emulation, plan: Plan, injection: Injection) -> Iterator[Injecti
                         return
                 injection.controller_events = merge_events(
                     injection.controller_events, emu.controller.status().get("events", []))
-                emu.links.set_state(action.links, action.up)
+                links.set_state(action.links, action.up)
                 injection.events.append((time.time(), action.up, action.links))
         except Exception as exc:  # the run is reported invalid; links restored below
             injection.errors.append(f"{type(exc).__name__}: {exc}")
 
     for link, mbps in rates.items():
         injection.slow_mbps = mbps * scenario.slow_fraction
-        emu.links.set_rate(*link, injection.slow_mbps)
+        links.set_rate(*link, injection.slow_mbps)
     thread = threading.Thread(target=act, name="failure-injector", daemon=True)
     thread.start()
     try:
@@ -98,9 +101,9 @@ def inject(emu: Emulation, plan: Plan, injection: Injection) -> Iterator[Injecti
         thread.join()
         injection.controller_events = merge_events(
             injection.controller_events, emu.controller.status().get("events", []))
-        emu.links.set_state([link for a in scenario.actions for link in a.links], True)
+        links.set_state([link for a in scenario.actions for link in a.links], True)
         for link, mbps in rates.items():
-            emu.links.set_rate(*link, mbps)
+            links.set_rate(*link, mbps)
         emu.controller.wait_until_healed()
 
 
@@ -137,7 +140,7 @@ def capacity_at(base: dict[tuple[str, str], float], scenario: Scenario, down: se
 
 def ideal_time_s(graph: nx.Graph, transfers: list[Transfer], base: dict[tuple[str, str], float],
                  overhead: ideal.Overhead, scenario: Scenario | None = None,
-                 events: list[tuple[float, bool, tuple]] = (), slow_mbps: float | None = None
+                 events: Sequence[tuple[float, bool, tuple]] = (), slow_mbps: float | None = None
                  ) -> float:
     """Seconds a perfect transport with capacity-weighted multipath routing needs for
     ``transfers`` when the scenario's events happen at their times (seconds after

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypedDict
 
 from fabric.routing.policies import POLICIES
 from fabric.traffic.model import CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ROCE_MTUS, SPRAYING
+
+
+class _ArgumentExtras(TypedDict, total=False):
+    """The keywords :meth:`Option.add_to` passes to ``add_argument`` only when set."""
+
+    type: Callable[[str], Any]
+    choices: Sequence[Any]
+    metavar: str
 
 
 @dataclass(frozen=True)
@@ -41,8 +49,13 @@ class Option:
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         """Add the option to ``parser``; its parsed value is None when not given."""
-        extra = {k: v for k, v in (("type", self.type), ("choices", self.choices),
-                                   ("metavar", self.metavar)) if v is not None}
+        extra: _ArgumentExtras = {}
+        if self.type is not None:
+            extra["type"] = self.type
+        if self.choices is not None:
+            extra["choices"] = self.choices
+        if self.metavar is not None:
+            extra["metavar"] = self.metavar
         parser.add_argument(self.flag, default=None, help=self.help, **extra)
 
 

@@ -119,7 +119,9 @@ def ecmp_path(graph: nx.Graph, tables: dict[str, dict[str, tuple[int, ...]]], sr
         if not fg.is_switch(graph, node):
             return path
         ports = tables[node][dst_ip]
-        chosen = ports[pick_weighted(select_hash(fields, hash_basis(node)), [1] * len(ports))]
+        picked = pick_weighted(select_hash(fields, hash_basis(node)), [1] * len(ports))
+        assert picked is not None  # None only without an eligible port; a route has one
+        chosen = ports[picked]
         node = by_port[node][chosen]
 
 
@@ -158,7 +160,7 @@ def parse(output: str, scenario: sc.Scenario) -> tuple[list[dict[str, Any]], Lin
             links[(a, b) if direction == 0 else (b, a)] = LinkLoad(packets, nbytes, drops)
         elif kind == "end":
             sim_s, peak_mb = float(values[0]), int(values[2]) / 1024
-    if sim_s is None or len(rows) != len(scenario.transfers):
+    if sim_s is None or peak_mb is None or len(rows) != len(scenario.transfers):
         raise SimulationError("the ns-3 simulator's answer is incomplete")
     return [rows[i] for i in range(len(rows))], links, sim_s, peak_mb
 
@@ -241,18 +243,22 @@ def _execute(argv: list[str], tmp: Path, controller: SimulatedController | None
     standard output and error and its exit code."""
     out_path, err_path = tmp / "out.txt", tmp / "err.txt"
     with out_path.open("w") as out, err_path.open("w") as err:
+        proc: subprocess.Popen[Any]  # bytes without a controller, text with one
+        piped: subprocess.Popen[str] | None = None  # the one a controller converses with
         if controller is None:
             proc = subprocess.Popen(argv, stdout=out, stderr=err)
         else:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=err, text=True)
+            proc = piped = subprocess.Popen(argv, stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=err, text=True)
         with _running_lock:
             _running.add(proc)
         try:
             if controller is not None:
-                out.write(controller.converse(proc.stdout, proc.stdin))
-                proc.stdin.close()
-                proc.stdout.close()
+                # started above with both pipes when there is a controller
+                assert piped is not None and piped.stdout is not None and piped.stdin is not None
+                out.write(controller.converse(piped.stdout, piped.stdin))
+                piped.stdin.close()
+                piped.stdout.close()
             proc.wait()
         except BaseException:  # interrupted (Ctrl-C): the simulator goes too
             proc.kill()

@@ -246,15 +246,17 @@ def _write_connections(out: io.StringIO, graph: nx.Graph, index: dict[str, int],
     pool_next: dict[tuple, int] = {}  # a sprayed pool's next first port, per sender
     pins: dict[int, list[str]] = {}
     for t in plan.transfers:
-        src_ip = _source_ip(graph, t.src, t.dst_ip)
-        key = (src_ip, t.dst_ip, t.dscp, t.channel)
+        dst_ip = t.dst_ip
+        assert dst_ip is not None  # prepare() filled in every destination address
+        src_ip = _source_ip(graph, t.src, dst_ip)
+        key = (src_ip, dst_ip, t.dscp, t.channel)
         if key not in conn_of:
             conn_ports = ports[t.src][("roce", t.id)]
             first = pool_next.get((src_ip, conn_ports), 0)
             pool_next[(src_ip, conn_ports)] = first + 1
             conn_of[key] = len(connections)
-            connections.append((src_ip, t.dst_ip, conn_ports))
-            out.write(f"connection {conn_of[key]} {src_ip} {t.dst_ip} {first} "
+            connections.append((src_ip, dst_ip, conn_ports))
+            out.write(f"connection {conn_of[key]} {src_ip} {dst_ip} {first} "
                       f"{' '.join(map(str, conn_ports))}\n")
             if paths and paths.get(t.id):
                 pins[conn_of[key]] = paths[t.id]

@@ -242,8 +242,8 @@ class AppConnection:
         (``OFPFF_SEND_FLOW_REM``), as Open vSwitch sends them; none on a detached
         datapath."""
         removed, sw.removed = sw.removed, []
-        if self.datapaths.get(sw.name) is not dp:
-            return []
+        if dp is None or self.datapaths.get(sw.name) is not dp:
+            return []  # no connection (advance's datapaths.get) or a replaced one
         messages = []
         for entry, reason in removed:
             if not entry.flags & ofp.OFPFF_SEND_FLOW_REM:
@@ -432,5 +432,5 @@ def _frozen_monotonic(apps: list[Any], now: float | None) -> Iterator[None]:
     try:
         yield
     finally:
-        for module, attr, value in saved:
-            setattr(module, attr, value)
+        for module, attr, original in saved:
+            setattr(module, attr, original)

@@ -10,7 +10,7 @@ from os_ken.controller.handler import HANDSHAKE_DISPATCHER
 from fabric.testing.of13 import OF15, VERSIONS
 
 if TYPE_CHECKING:
-    from fabric.testing.harness import FakeFabric
+    from fabric.testing.connection import AppConnection
 
 
 class FakeDatapath:
@@ -22,8 +22,8 @@ class FakeDatapath:
 
     Parameters
     ----------
-    fabric : FakeFabric
-        The harness that applies the messages.
+    fabric : AppConnection
+        The harness that applies the messages (a ``FakeFabric``).
     switch : str
         Switch name in the fabric graph.
     dpid : int
@@ -35,7 +35,7 @@ class FakeDatapath:
         chooses :attr:`ofproto` and :attr:`ofproto_parser`.
     """
 
-    def __init__(self, fabric: "FakeFabric", switch: str, dpid: int,
+    def __init__(self, fabric: "AppConnection", switch: str, dpid: int,
                  address: tuple[str, int] = ("127.0.0.1", 0), version: int = OF15):
         if version not in VERSIONS:
             raise ValueError(f"OpenFlow version {version:#x} is not modelled "

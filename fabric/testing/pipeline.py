@@ -146,6 +146,7 @@ class Pipeline:
             ordered.append(action_set[parser.OFPActionOutput])
         self._run_actions(ordered, state, result, 0)
         if not result.emits and not result.controller and not result.drops:
+            assert entry is not None  # the loop ran at least once and returns on a miss
             result.drops.append(f"no output (table {state.table_id}, "
                                 f"priority {entry.priority})")
 

@@ -825,6 +825,17 @@ def test_flow_timeouts_run_on_the_harness_clock_and_report_removals(fabric):
         fabric.advance(-1)
 
 
+def test_a_timed_out_flow_of_a_detached_datapath_is_removed_without_a_message(fabric):
+    dp = fabric.datapath("l0")  # no app connected: nothing to tell
+    dp.send_msg(parser.OFPFlowMod(
+        dp, priority=30, hard_timeout=1, flags=ofp.OFPFF_SEND_FLOW_REM,
+        match=parser.OFPMatch(eth_type=IPV4),
+        instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [out(3)])]))
+    assert [f.priority for f in fabric.switches["l0"].flows] == [30]
+    fabric.advance(2)
+    assert fabric.switches["l0"].flows == []
+
+
 def test_a_packet_in_has_the_length_a_switch_would_give_it():
     """Ryu's tutorial switch compares ``msg_len`` with ``total_len`` on every packet-in."""
     from os_ken.controller import ofp_event

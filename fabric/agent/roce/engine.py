@@ -515,6 +515,7 @@ class RoceEngine(Engine):
                                 index_of=known[1])
         control = make_control(self.spec.cc, self.packet_time, self.qp_cc.max_cwnd, t.hops,
                                self.line_rate, time.monotonic())
+        assert record.src_ip and record.dst_ip  # start_send checked them
         conn = _Connection(Window(self.qp_cc, control), sockets, self._pacer(record.src_ip, now),
                            entropy, known[0],
                            (record.dst_ip, self.config.port) if self.spec.sprays else None)

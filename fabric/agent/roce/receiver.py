@@ -221,6 +221,7 @@ class RoceReceiver:
 
     def _log_arrival(self, qpn: int, wall: float, owd_us: int) -> None:
         # all emulated hosts share one clock, so the sender's stamp is our time too
+        assert self.arrivals is not None  # called only with a timeline
         self.arrivals.setdefault(qpn, array("d")).extend((wall, wall - owd_us * 1e-6))
 
     def _send_ack(self, qp: RecvQP) -> None:

@@ -99,8 +99,9 @@ def totals(engine: RoceEngine) -> dict[str, float]:
                   send_errors=engine.send_errors + receiver.send_errors,
                   icmp_errors=engine.icmp_errors)
     pacers = engine.pacers.values()
-    counts.update(pacer_busy_s=round(sum(p.busy_s for p in pacers), 6),
+    result: dict[str, float] = dict(counts)  # the pacers' seconds are new keys, floats
+    result.update(pacer_busy_s=round(sum(p.busy_s for p in pacers), 6),
                   pacer_late_s=round(sum(p.late_s for p in pacers), 6),
                   pacer_window_s=round(sum(p.held_s["window"] for p in pacers), 6),
                   pacer_waiting_s=round(sum(p.held_s["waiting"] for p in pacers), 6))
-    return dict(counts)
+    return result

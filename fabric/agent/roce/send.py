@@ -241,7 +241,9 @@ class SendQP:
         """A congestion notification from the receiver (rate-based control only)."""
         self.cnps_received += 1
         if self.rate_paced:
-            self.win.control.on_cnp(now)
+            control = self.win.control
+            assert isinstance(control, DcqcnControl)  # what rate_paced means
+            control.on_cnp(now)
 
     def next_packet(self, now: float) -> tuple[int, int, bool, int]:
         """Commit the next packet to the wire; call only when :meth:`can_send`.
@@ -270,7 +272,9 @@ class SendQP:
         win.inflight += 1
         self.packets_sent += 1
         if self.rate_paced:
-            gap = win.control.on_send(self.length(psn) + DATA_OVERHEAD, now)
+            # rate_paced: a DcqcnControl (no per-packet check on the hot path)
+            gap = win.control.on_send(  # type: ignore[union-attr]
+                self.length(psn) + DATA_OVERHEAD, now)
             # a wakeup late by less than one gap sends on schedule, not a gap late
             start = win.next_send_at if now - win.next_send_at < gap else now
             win.next_send_at = start + gap
