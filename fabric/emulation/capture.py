@@ -113,6 +113,7 @@ def _wait_until_listening(procs: list[subprocess.Popen], files: list[Path],
     while not all(f.exists() and f.stat().st_size >= 24 for f in files):
         for proc in procs:
             if proc.poll() is not None:
+                assert proc.stderr is not None  # capture() starts tcpdump with stderr=PIPE
                 raise RuntimeError(f"tcpdump exited ({proc.returncode}): "
                                    f"{proc.stderr.read().decode(errors='replace').strip()}")
         if time.monotonic() > deadline:

@@ -98,6 +98,8 @@ class ControllerProcess:
 
     def status(self) -> dict:
         """Its status report (ready switches, down links, events); empty when none."""
+        if self.workdir is None:  # not started
+            return {}
         try:
             return json.loads((self.workdir / "controller.json").read_text())
         except (OSError, ValueError, TypeError):

@@ -33,6 +33,9 @@ Checks, each with its measured value and threshold:
   counted here, not in ``lossless_drops`` (the fabric's correctness).
 * ``hidden_socket_drops``: drops counted by the kernel on ovs-vswitchd's
   packet sockets, which no OVS counter shows;
+* ``ovs_send_drops``: packets ovs-vswitchd dropped because its one send socket was
+  full (its log says so, no counter does); the bring-up sizes that socket to hold
+  every switch queue full (:mod:`fabric.emulation.send_buffer`), so this is 0;
 * ``idle_path_rate`` (added by the traffic runner): goodput of one flow on
   an idle path over its configured rate;
 * ``tcp_segment_bytes`` (TCP runs, added by the traffic runner): the largest
@@ -192,6 +195,7 @@ class FidelityMonitor:
         self._threads0: dict[int, int] = {}
         self._machine0 = (0, 0, 0)
         self._drops0 = 0
+        self._log0: int | None = None
         self._rx0 = (0, 0)
         self._ports_read: set[str] = set()  # switch ports with a socket of ovs-vswitchd
         self._sampler: subprocess.Popen | None = None
@@ -217,6 +221,7 @@ class FidelityMonitor:
             self.arm()
         self._t0 = time.monotonic()
         if self._sampler is not None:
+            assert self._sampler.stdin is not None  # arm() starts it with stdin=PIPE
             try:
                 self._sampler.stdin.write(b"go\n")
                 self._sampler.stdin.flush()
@@ -227,6 +232,7 @@ class FidelityMonitor:
         self._machine0 = machine_ticks()
         # last: it runs `ss`, which under load takes up to a second
         self._drops0 = sum(s.drops for s in ovs.packet_sockets())
+        self._log0 = ovs.vswitchd_log_size() if self._ovs_pid else None
 
     def _sampled(self) -> tuple[int, float]:
         """End the sampler; return its number of samples and their sum (0, 0 without)."""
@@ -248,6 +254,7 @@ class FidelityMonitor:
                 self._sampler.kill()
                 self._sampler.wait()
             for pipe in (self._sampler.stdin, self._sampler.stdout):
+                assert pipe is not None  # arm() starts it with both pipes
                 pipe.close()
             self._sampler = None
 
@@ -292,6 +299,11 @@ class FidelityMonitor:
         drops = sum(s.drops for s in ovs.packet_sockets()) - self._drops0
         checks.append(Check("hidden_socket_drops", drops, 0, drops == 0,
                             "kernel drops on ovs-vswitchd packet sockets"))
+        if self._log0 is not None:
+            sent = ovs.send_drops_logged(ovs.vswitchd_log_since(self._log0))
+            checks.append(Check("ovs_send_drops", sent, 0, sent == 0,
+                                "packets ovs-vswitchd could not send (its send socket was "
+                                "full) and dropped uncounted, from its log: at least"))
         self.checks = checks
         return checks
 

@@ -77,6 +77,7 @@ class FlowControlSession:
         return warnings (no real-time priority)."""
         self._host_pids = host_pids
         self._events = workdir / "pfc-events.csv"
+        assert self._object is not None  # check() built it before any change
         config = flowcontrol.daemon_config(
             self.graph, host_pids, link_mbps, self.flow_control, self._lane_config,
             self.queue_pkts, self.frame_bytes, self._object, self._events)
@@ -123,6 +124,7 @@ class FlowControlSession:
         queue; drops behind a pause that came later than the headroom covers are the
         machine's load (it ran the daemon late), counted in a check of their own."""
         watch = LosslessWatch()
+        assert self.counters is not None  # set by start(); a run watches a started session
         before, queues_before = self.counters.read(self.lanes), self.queue_drops()
         self.counters.reset_max_held(self.lanes)
         since = time.monotonic_ns()

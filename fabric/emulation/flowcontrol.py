@@ -207,6 +207,14 @@ def _prioritize(pid: int, cpus: set[int] | None) -> list[str]:
     return []
 
 
+def _array_value(fd: int, key: bytes, size: int) -> bytes:
+    """The value of ``key`` in the array map ``fd``, which holds every key it has room for."""
+    value = libbpf.map_lookup(fd, key, size)
+    if value is None:
+        raise RuntimeError(f"bpf map fd {fd} has no key {key.hex()}")
+    return value
+
+
 class Counters:
     """Reads the accounting's and the daemon's per-link, per-lane counters."""
 
@@ -224,8 +232,8 @@ class Counters:
             for lane in lanes:
                 key = struct.pack("=I", link * MAX_LANES + lane)
                 held, drops, drop_bytes, pauses = LINK_STAT.unpack(
-                    libbpf.map_lookup(self.stats_fd, key, LINK_STAT.size))
-                gate = GATE_STAT.unpack(libbpf.map_lookup(self.gates_fd, key, GATE_STAT.size))
+                    _array_value(self.stats_fd, key, LINK_STAT.size))
+                gate = GATE_STAT.unpack(_array_value(self.gates_fd, key, GATE_STAT.size))
                 closed_ns = gate[1] + (now - gate[2] if gate[2] else 0)
                 out[(link, lane)] = {"max_held_bytes": held, "drops": drops,
                                      "drop_bytes": drop_bytes, "pause_events": pauses,
@@ -240,7 +248,7 @@ class Counters:
         for link in range(1, self.links + 1):
             for lane in lanes:
                 key = struct.pack("=I", link * MAX_LANES + lane)
-                value = bytearray(libbpf.map_lookup(self.stats_fd, key, LINK_STAT.size))
+                value = bytearray(_array_value(self.stats_fd, key, LINK_STAT.size))
                 value[:8] = bytes(8)
                 libbpf.map_update(self.stats_fd, key, bytes(value))
 

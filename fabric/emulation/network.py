@@ -32,6 +32,7 @@ from fabric.emulation.errors import EmulationError
 from fabric.emulation.flow_control_session import FlowControlSession
 from fabric.emulation.link_control import LinkControl, tc_in_netns
 from fabric.emulation.machine_speed import machine_speed
+from fabric.emulation.send_buffer import fabric_queue_packets, send_buffer_bytes
 from fabric.host import libbpf, system
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl
@@ -51,9 +52,9 @@ OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
 # receive sockets take rmem_default when ports are created, the send socket
 # takes wmem_default when it is created. IPv6 stays off on new interfaces so
 # the root-namespace switch ports do not emit DAD/RS/MLD into the fabric.
+# The send buffer is the fabric's own (fabric.emulation.send_buffer).
 RUN_SYSCTLS = {
     "net.core.rmem_default": str(8 * 1024 * 1024),
-    "net.core.wmem_default": str(ovs.WMEM_DEFAULT_BYTES),
     "net.ipv6.conf.default.disable_ipv6": "1",
 }
 ALLOWED_TCP_CC = "net.ipv4.tcp_allowed_congestion_control"
@@ -115,8 +116,16 @@ class BringUpReport:
 
     datapath: str = ""
     rate_plan: capacity.RatePlan | None = None
+    send_buffer_bytes: int = 0  # userspace OVS's send socket: every switch queue full
     phases_s: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def rates(self) -> capacity.RatePlan:
+        """The rate plan, made before bring-up's first change."""
+        if self.rate_plan is None:
+            raise EmulationError("the emulation has no rate plan: it is not started")
+        return self.rate_plan
 
     @property
     def total_s(self) -> float:
@@ -162,6 +171,14 @@ class Emulation:
         self._markers: dict[float, Path] = {}  # link rate -> compiled ECN marker
         self._ar_object: Path | None = None  # the compiled adaptive-routing datapath
 
+    @property
+    def _state(self) -> runstate.RunState:
+        """The run state, recorded at the start of bring-up (its ``workdir`` is
+        :attr:`workdir`)."""
+        if self.state is None:
+            raise EmulationError("the emulation has no run state: it is not started")
+        return self.state
+
     def __enter__(self) -> "Emulation":
         self.start()
         return self
@@ -200,9 +217,10 @@ class Emulation:
         try:
             with _phase(self.report, "system"):
                 self._record_and_set_sysctls()
-                self.report.warnings += ovs.ensure_running(self.report.datapath)
+                self.report.warnings += ovs.ensure_running(self.report.datapath,
+                                                           self.report.send_buffer_bytes)
             with _phase(self.report, "controller"):
-                self.controller.start(self.workdir, self.state, self._controller_config())
+                self.controller.start(self._state.workdir, self._state, self._controller_config())
             with _phase(self.report, "network"):
                 self._build_network()
             with _phase(self.report, "configure"):
@@ -210,21 +228,21 @@ class Emulation:
             if self.flow_control:
                 with _phase(self.report, "flow control"):
                     self.report.warnings += self.flow_control.start(
-                        self.host_pids(), self.report.rate_plan.link_mbps, self.workdir,
-                        self.state, ovs.agent_cpus(self.report.datapath))
+                        self.host_pids(), self.report.rates.link_mbps, self._state.workdir,
+                        self._state, ovs.agent_cpus(self.report.datapath))
             if self._ar_object:
                 with _phase(self.report, "adaptive routing"):
                     self._start_adaptive_routing()
             with _phase(self.report, "routes"):
                 self.controller.wait_until_routed()
             self.links = LinkControl(
-                self.graph, self.report.rate_plan.link_mbps, self.options.lanes,
+                self.graph, self.report.rates.link_mbps, self.options.lanes,
                 self.options.queue_pkts, self.options.ecn, self.flow_control is not None,
-                self._frame_bytes, self.workdir, self.host_pids(), self.adaptive_routing)
+                self._frame_bytes, self._state.workdir, self.host_pids(), self.adaptive_routing)
             if self.report.datapath == "user":
                 self.report.warnings += ovs.socket_buffer_warnings(
-                    self.state.root_intfs, int(RUN_SYSCTLS["net.core.rmem_default"]),
-                    ovs.WMEM_DEFAULT_BYTES)
+                    self._state.root_intfs, int(RUN_SYSCTLS["net.core.rmem_default"]),
+                    self.report.send_buffer_bytes)
         except BaseException:
             self.stop()
             raise
@@ -240,6 +258,10 @@ class Emulation:
             self.graph, self.options.host_mbps, datapath, self.options.busy_links,
             self.options.enforce_budget, self.options.packet_bytes, speed.factor)
         self.report.rate_plan = plan
+        self.report.send_buffer_bytes = send_buffer_bytes(
+            fabric_queue_packets(self.graph, self.options.queue_pkts, self.options.lanes,
+                                 self.options.flow_control) if datapath == "user" else 0,
+            self._frame_bytes)
         if self.options.enforce_budget and plan.machine_headroom < 1:
             self.report.warnings.append(
                 f"{plan.host_mbps:g} Mbit/s per host fits the forwarding budget, but this "
@@ -252,7 +274,7 @@ class Emulation:
             try:
                 self._markers = {mbps: ecn.marker_object(mbps, self.options.queue_pkts,
                                                          self.options.ecn, self._frame_bytes)
-                                 for mbps in set(self.report.rate_plan.link_mbps.values())}
+                                 for mbps in set(self.report.rates.link_mbps.values())}
             except ecn.MarkerError as exc:
                 raise EmulationError(str(exc)) from None
         if self.flow_control:
@@ -327,7 +349,8 @@ class Emulation:
         allowed = system.read_sysctl(ALLOWED_TCP_CC).split()
         if self.options.tcp_cc not in allowed:
             allowed.append(self.options.tcp_cc)
-        return {**RUN_SYSCTLS, ALLOWED_TCP_CC: " ".join(allowed),
+        return {**RUN_SYSCTLS, "net.core.wmem_default": str(self.report.send_buffer_bytes),
+                ALLOWED_TCP_CC: " ".join(allowed),
                 **ovs.forwarding_sysctls(self.report.datapath)}
 
     def _build_network(self) -> None:
@@ -344,18 +367,18 @@ class Emulation:
         # when the process that started them lives on (an interpreter using the API)
         host, port = self.controller.address
         controller = net.addController("c0", controller=RemoteController, ip=host, port=port)
-        self.state.add_process(controller.pid, expect="mininet:c0")
+        self._state.add_process(controller.pid, expect="mininet:c0")
         datapath = "user" if self.report.datapath == "user" else "kernel"
         for sw in fg.switches(self.graph):
             switch = net.addSwitch(sw, dpid=self.graph.nodes[sw]["dpid"], datapath=datapath,
                                    protocols=OPENFLOW_PROTOCOLS, failMode="secure",
-                                   fabric_run=self.state.run_id)
-            self.state.add_process(switch.pid, expect=f"mininet:{sw}")
+                                   fabric_run=self._state.run_id)
+            self._state.add_process(switch.pid, expect=f"mininet:{sw}")
         for ep in fg.endpoints(self.graph):
             host = net.addHost(ep, ip=None)
-            self.state.add_process(host.pid, expect=f"mininet:{ep}")
-            self.state.netns_inodes.append(os.stat(f"/proc/{host.pid}/ns/net").st_ino)
-        self.state.save()
+            self._state.add_process(host.pid, expect=f"mininet:{ep}")
+            self._state.netns_inodes.append(os.stat(f"/proc/{host.pid}/ns/net").st_ino)
+        self._state.save()
         for a, b, data in self.graph.edges(data=True):
             pa, pb = data["ports"][a], data["ports"][b]
             net.addLink(a, b, port1=pa, port2=pb,
@@ -364,13 +387,13 @@ class Emulation:
         net.start()
 
     def _configure_hosts_and_shaping(self) -> None:
-        shaping_args = (self.report.rate_plan.link_mbps, self.options.queue_pkts,
+        shaping_args = (self.report.rates.link_mbps, self.options.queue_pkts,
                         self.options.lanes)
         fc = self.options.flow_control
         procs = []
         for ep in fg.endpoints(self.graph):
-            ip_file = self.workdir / f"{ep}.ip"
-            tc_file = self.workdir / f"{ep}.tc"
+            ip_file = self._state.workdir / f"{ep}.ip"
+            tc_file = self._state.workdir / f"{ep}.tc"
             ip_file.write_text(hostconfig.host_ip_batch(self.graph, ep))
             tc_file.write_text(hostconfig.endpoint_tc_batch(self.graph, ep, *shaping_args,
                                                             fc, self._frame_bytes))
@@ -379,39 +402,40 @@ class Emulation:
                 ["sh", "-ec", HOST_SETUP_SCRIPT, "sh", str(ip_file), str(tc_file),
                  self.options.tcp_cc, *devs],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
-        root_tc = self.workdir / "switches.tc"
+        root_tc = self._state.workdir / "switches.tc"
         root_tc.write_text("".join(hostconfig.switch_tc_batch(self.graph, sw, *shaping_args,
                                                               self._markers, fc,
                                                               self._frame_bytes)
                                    for sw in fg.switches(self.graph)))
         system.run(["tc", "-batch", str(root_tc)], timeout=60)
         system.run(["sh", "-ec", SWITCH_PORTS_SCRIPT, "sh", str(shaping.LINK_MTU),
-                    *self.state.root_intfs], timeout=60)
+                    *self._state.root_intfs], timeout=60)
         for ep, proc in procs:
             out, _ = proc.communicate(timeout=60)
             if proc.returncode != 0:
                 raise EmulationError(f"configuring host {ep} failed: {out.decode().strip()}")
             if self._markers and not fc:  # under flow control the switch port marks
-                marker_file = self.workdir / f"{ep}-ecn.tc"
+                marker_file = self._state.workdir / f"{ep}-ecn.tc"
                 marker_file.write_text(hostconfig.endpoint_marker_batch(
-                    self.graph, ep, self.report.rate_plan.link_mbps, self._markers))
+                    self.graph, ep, self.report.rates.link_mbps, self._markers))
                 tc_in_netns(self.host(ep).pid, marker_file)
             self._describe_nics(ep)
 
     def _controller_config(self) -> ControllerConfig:
-        plan = self.report.rate_plan
+        plan = self.report.rates
         return ControllerConfig(self.options.lanes, plan.scale_mbps_per_gbps,
                                 self.options.adaptive or params_for_rate(
                                     plan.host_mbps, packet_bits=self.options.packet_bytes * 8))
 
     def _start_adaptive_routing(self) -> None:
         """Attach the switches' per-packet choice (after flow control: it reads its gates)."""
+        assert self._ar_object is not None  # start() calls this only once it is compiled
         ids = self.flow_control.map_ids if self.flow_control else {}
         shared = {name: libbpf.map_by_id(ids[name]) for name in adaptive_routing.PFC_MAPS
                   } if ids else {}
         try:
             self.adaptive_routing = AdaptiveRouting(
-                self.graph, self.report.rate_plan.link_mbps, self.options.queue_pkts,
+                self.graph, self.report.rates.link_mbps, self.options.queue_pkts,
                 self._frame_bytes, self.options.adaptive_routing, self._ar_object, shared)
         finally:
             for fd in shared.values():  # the object holds its own copies
@@ -444,8 +468,8 @@ class Emulation:
                 self.adaptive_routing = None
             self.links = None
             if self.net is not None:
-                ours = {p["pid"] for p in self.state.processes}
-                system.kill_trees([(pid, None) for pid in runstate.stray_processes(self.state)
+                ours = {p["pid"] for p in self._state.processes}
+                system.kill_trees([(pid, None) for pid in runstate.stray_processes(self._state)
                                    if pid not in ours], grace=1.0)  # daemons started in hosts
                 try:
                     self.net.stop()

@@ -66,7 +66,8 @@ OVS_SCRIPTS = Path("/usr/share/openvswitch/scripts")
 OVS_RUNDIR = Path("/var/run/openvswitch")
 STATE_DIR = Path("/run/fabric")
 VSWITCHD_MARKER = STATE_DIR / "ovs-vswitchd.pid"
-WMEM_DEFAULT_BYTES = 4 * 1024 * 1024
+# the environment variable that records the send buffer a daemon was started with
+SEND_BUFFER_ENV = "FABRIC_SEND_BUFFER_BYTES"
 FORWARDING_RT_PRIORITY = 10  # SCHED_FIFO, below the kernel's own real-time threads (50, 99)
 RT_RUNTIME_SYSCTL = "kernel.sched_rt_runtime_us"  # -1: real-time threads are not throttled
 RUN_TAG = "fabric-run"  # external_ids key naming the run that made a bridge
@@ -221,8 +222,19 @@ def delete_bridges(names: list[str]) -> None:
                    input_text="".join(f"link del dev {tap}\n" for tap in taps))
 
 
-def ensure_running(datapath: str) -> list[str]:
-    """Start ovsdb-server and ovs-vswitchd as needed.
+def started_send_buffer(pid: int) -> int:
+    """The send buffer fabric started ovs-vswitchd ``pid`` with (0: unknown)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return 0
+    prefix = f"{SEND_BUFFER_ENV}=".encode()
+    return next((int(item[len(prefix):]) for item in environ if item.startswith(prefix)), 0)
+
+
+def ensure_running(datapath: str, send_buffer: int) -> list[str]:
+    """Start ovsdb-server and ovs-vswitchd as needed; in userspace mode, ovs-vswitchd
+    with a send buffer of at least ``send_buffer`` bytes (restarted when smaller).
 
     Returns
     -------
@@ -240,7 +252,7 @@ def ensure_running(datapath: str) -> list[str]:
         return warnings
     env, missing = vswitchd_settings()
     if (vswitchd is not None and vswitchd == _marker_pid()
-            and started_with(vswitchd, env)):
+            and started_with(vswitchd, env) and started_send_buffer(vswitchd) >= send_buffer):
         return warnings + prioritize_forwarding(vswitchd)
     if vswitchd is not None and bridges():
         warnings.append("ovs-vswitchd was started elsewhere (or by an older fabric) and has "
@@ -249,7 +261,8 @@ def ensure_running(datapath: str) -> list[str]:
         return warnings
     if vswitchd is not None:
         system.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], check=False)
-    return warnings + missing + prioritize_forwarding(_start_vswitchd_with_wmem(env))
+    return warnings + missing + prioritize_forwarding(_start_vswitchd_with_wmem(env,
+                                                                               send_buffer))
 
 
 def forwarding_sysctls(datapath: str, cpus: int | None = None) -> dict[str, str]:
@@ -325,7 +338,8 @@ def restart_vswitchd(timeout_s: float = 10.0) -> list[str]:
         deadline = time.monotonic() + timeout_s
         while system.pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-    return missing + prioritize_forwarding(_start_vswitchd_with_wmem(env))
+    send_buffer = int(system.read_sysctl("net.core.wmem_default"))
+    return missing + prioritize_forwarding(_start_vswitchd_with_wmem(env, send_buffer))
 
 
 def _marker_pid() -> int | None:
@@ -351,14 +365,15 @@ def remove_stale_control_sockets(rundir: Path = OVS_RUNDIR) -> list[str]:
     return sorted(removed)
 
 
-def _start_vswitchd_with_wmem(env: dict[str, str]) -> int:
+def _start_vswitchd_with_wmem(env: dict[str, str], send_buffer: int) -> int:
     # The caller holds net.core.wmem_default raised for the whole run, so the
     # send socket, created at the first packet, gets the large buffer.
-    if int(system.read_sysctl("net.core.wmem_default")) < WMEM_DEFAULT_BYTES:
+    if int(system.read_sysctl("net.core.wmem_default")) < send_buffer:
         raise system.HostSetupError("raise net.core.wmem_default before starting ovs-vswitchd")
     remove_stale_control_sockets()
     # ovs-ctl passes its environment on to the daemon
-    _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start", env={**os.environ, **env})
+    _ovs_ctl("--no-ovsdb-server", "--no-monitor", "start",
+             env={**os.environ, **env, SEND_BUFFER_ENV: str(send_buffer)})
     pid = _daemon_pid("ovs-vswitchd")
     if pid is None:
         raise system.HostSetupError("ovs-vswitchd did not start; see /var/log/openvswitch/")
@@ -366,6 +381,41 @@ def _start_vswitchd_with_wmem(env: dict[str, str]) -> int:
     VSWITCHD_MARKER.write_text(f"{pid}\n")
     os.chmod(VSWITCHD_MARKER, 0o644)
     return pid
+
+
+VSWITCHD_LOG = Path("/var/log/openvswitch/ovs-vswitchd.log")
+# what ovs-vswitchd logs when its send socket is full and it drops the packet; the
+# message is rate-limited, its suppressed repeats counted in a "Dropped N" line
+_SEND_ERROR = re.compile(r"\|netdev_linux\|WARN\|error sending Ethernet packet on ")
+_SUPPRESSED = re.compile(r"\|netdev_linux\|INFO\|Dropped (\d+) log messages")
+
+
+def send_drops_logged(log: str) -> int:
+    """Packets ovs-vswitchd's log says it could not send (pure): at least one per
+    logged send error, and its suppressed repeats (a lower bound: other netdev
+    messages share that count, and a repeat suppressed past the log's end is missed)."""
+    errors = len(_SEND_ERROR.findall(log))
+    return errors + sum(int(n) for n in _SUPPRESSED.findall(log)) if errors else 0
+
+
+def vswitchd_log_size(path: Path = VSWITCHD_LOG) -> int | None:
+    """The log's size now, to read what a run adds to it; None without a log."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def vswitchd_log_since(offset: int, path: Path = VSWITCHD_LOG) -> str:
+    """What the log gained after ``offset`` (all of it when it was rotated since)."""
+    try:
+        with path.open("rb") as log:
+            if log.seek(0, os.SEEK_END) < offset:
+                offset = 0
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -404,7 +454,7 @@ def packet_sockets() -> list[PacketSocket]:
 
 def socket_inodes(pid: int) -> set[int]:
     """Inodes of the sockets process ``pid`` holds open."""
-    inodes = set()
+    inodes: set[int] = set()
     fd_dir = Path(f"/proc/{pid}/fd")
     try:
         entries = list(fd_dir.iterdir())

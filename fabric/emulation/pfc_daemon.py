@@ -186,6 +186,7 @@ class Daemon:
         # a resumed queue is served at the next enqueue on its device: give it one (the
         # receiver's program drops the frame on arrival)
         state.kick.sendto(KICK, (state.dev, 0))
+        assert state.closed_since is not None  # every caller opens a closed gate
         state.stat[1] += time.monotonic_ns() - state.closed_since
         state.closed_since = None
         state.stat[2] = 0

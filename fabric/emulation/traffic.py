@@ -24,7 +24,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import networkx as nx
 
@@ -77,7 +77,9 @@ def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSp
         When the transport's full-size packets are smaller than those the
         fabric's rates were planned for: more packets than its budget allows.
     """
-    planned = emu.report.rate_plan.packet_bytes
+    rates = emu.report.rate_plan
+    assert rates is not None  # bring-up planned the rates
+    planned = rates.packet_bytes
     if transport.packet_bytes < planned:
         raise ScheduleError(
             f"the fabric's rates were planned for {planned}-byte packets and this {transport.kind} "
@@ -89,7 +91,7 @@ def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSp
                   for nic in graph.nodes[ep]["nics"]] for ep in fg.endpoints(graph)}
     validate_schedule(transfers, hosts)
     if transport.rate_mbps is None:  # pace at the emulated host link rate
-        transport = replace(transport, rate_mbps=emu.report.rate_plan.host_mbps)
+        transport = replace(transport, rate_mbps=rates.host_mbps)
     # the transport's timeout floor follows the switches' buffer
     transport = replace(transport, buffer_packets=emu.options.queue_pkts)
     transfers = [t if t.dst_ip or len(graph.nodes[t.dst]["nics"]) == 1
@@ -265,22 +267,28 @@ def start_together(agents: dict[str, subprocess.Popen], plan: Plan,
     list of str
         One error per process stopped.
     """
-    waiting = {proc.stdout: ep for ep, proc in agents.items()}
+    waiting: dict[IO[bytes], str] = {}
+    for ep, proc in agents.items():
+        assert proc.stdout is not None  # the agents are started with stdout=PIPE
+        waiting[proc.stdout] = ep
     with selectors.DefaultSelector() as selector:
         for pipe, ep in waiting.items():
             selector.register(pipe, selectors.EVENT_READ, ep)
         end = time.monotonic() + timeout_s
         while waiting and time.monotonic() < end:
             for key, _ in selector.select(max(0.0, end - time.monotonic())):
-                key.fileobj.readline()  # READY, or b"" when the agent exited
-                selector.unregister(key.fileobj)
-                del waiting[key.fileobj]
+                # the selector hands back the object registered: one of the pipes
+                ready = cast(IO[bytes], key.fileobj)
+                ready.readline()  # READY, or b"" when the agent exited
+                selector.unregister(ready)
+                del waiting[ready]
     errors = []
     for ep in sorted(waiting.values()):
         agents[ep].kill()
         errors.append(f"agents of {ep} were not listening within {timeout_s:g} s; stopped")
     plan.start_at = time.time() + GO_LEAD_S
     for proc in agents.values():
+        assert proc.stdin is not None  # the agents are started with stdin=PIPE
         try:
             proc.stdin.write(f"{plan.start_at!r}\n".encode())
             proc.stdin.close()
@@ -320,6 +328,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     drops_before = ingress_drops(emu, involved)
     rates = emu.report.rate_plan
     packet_bytes = plan.transport.packet_bytes
+    assert emu.state is not None  # the fabric is up
     fid = fidelity.FidelityMonitor(
         emu.state.root_intfs, packet_bytes * 8 / (rates.host_mbps * 1e6) if rates else None,
         packet_bytes + ETHERNET_HEADER_BYTES)
@@ -389,6 +398,7 @@ def _launch_agents(emu: Emulation, plan_path: Path, workdir: Path, groups: list[
                                 stdout=subprocess.PIPE, stderr=log)
         agents[", ".join(group)] = proc
         # it runs outside the hosts: a crashed launcher's clean-up must find it by pid
+        assert emu.state is not None  # the fabric is up
         emu.state.add_process(proc.pid, expect="fabric.agent")
         place_agent(proc.pid, cpus)
     return logs
@@ -412,6 +422,7 @@ def _stop_all(agents: dict[str, subprocess.Popen]) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        assert proc.stdout is not None  # the agents are started with stdout=PIPE
         proc.stdout.close()
 
 
@@ -469,7 +480,8 @@ def idle_path_check(emu: Emulation, transport: TransportSpec, workdir: Path,
     result = run_plan(emu, plan, workdir, monitor_paths=False)
     (row,) = result.transfer_rows()
     path = nx.shortest_path(graph.subgraph(set(fg.switches(graph)) | {src, dst}), src, dst)
-    bottleneck = min(emu.report.rate_plan.link_mbps[frozenset(hop)]
-                     for hop in zip(path, path[1:]))
+    rates = emu.report.rate_plan
+    assert rates is not None  # bring-up planned the rates
+    bottleneck = min(rates.link_mbps[frozenset(hop)] for hop in zip(path, path[1:]))
     achieved = nbytes * 8 / row["fct_s"] / 1e6 if row["fct_s"] else 0.0
     return fidelity.idle_path_check(achieved, bottleneck)

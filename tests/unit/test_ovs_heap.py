@@ -74,8 +74,9 @@ class FakeDaemons:
     """ovs-vswitchd as ensure_running sees it: our pid, its environment, its restart."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, env_ok: bool, bridges: list[str],
-                 tcmalloc: bool = True) -> None:
+                 tcmalloc: bool = True, send_buffer: int = 8 << 20) -> None:
         self.started = self.stopped = 0
+        self.send_buffers: list[int] = []
         self.env = ovs.vswitchd_env(Path("/usr/lib") / ovs.TCMALLOC if tcmalloc else None,
                                     Path("/run/fabric/preload/idle_accept.so"))
         missing = [] if tcmalloc else [f"{ovs.TCMALLOC} is not installed"]
@@ -84,14 +85,16 @@ class FakeDaemons:
         monkeypatch.setattr(ovs, "_marker_pid", lambda: 4242)
         monkeypatch.setattr(ovs, "started_with",
                             lambda pid, env: env_ok and env == self.env)
+        monkeypatch.setattr(ovs, "started_send_buffer", lambda pid: send_buffer)
         monkeypatch.setattr(ovs, "bridges", lambda: bridges)
         monkeypatch.setattr(ovs, "prioritize_forwarding", lambda pid: [])
         monkeypatch.setattr(ovs, "_start_vswitchd_with_wmem", self._start)
         monkeypatch.setattr(ovs.system, "run", self._run)
 
-    def _start(self, env: dict[str, str]) -> int:
+    def _start(self, env: dict[str, str], send_buffer: int) -> int:
         assert env == self.env
         self.started += 1
+        self.send_buffers.append(send_buffer)
         return 4343
 
     def _run(self, args: list[str], **kwargs) -> None:
@@ -102,19 +105,28 @@ class FakeDaemons:
 @pytest.mark.parametrize("env_ok", [True, False])
 def test_our_daemon_is_restarted_only_when_it_trims_its_heap(monkeypatch, env_ok) -> None:
     daemons = FakeDaemons(monkeypatch, env_ok, bridges=[])
-    assert ovs.ensure_running("user") == []
+    assert ovs.ensure_running("user", 8 << 20) == []
     assert (daemons.stopped, daemons.started) == ((0, 0) if env_ok else (1, 1))
+
+
+@pytest.mark.parametrize("need, restarted", [(4 << 20, False), (8 << 20, False),
+                                             (16 << 20, True)])
+def test_our_daemon_is_restarted_when_its_send_buffer_is_too_small(monkeypatch, need,
+                                                                     restarted) -> None:
+    daemons = FakeDaemons(monkeypatch, env_ok=True, bridges=[], send_buffer=8 << 20)
+    assert ovs.ensure_running("user", need) == []
+    assert daemons.send_buffers == ([need] if restarted else [])
 
 
 def test_a_daemon_with_bridges_is_left_running_with_a_warning(monkeypatch) -> None:
     daemons = FakeDaemons(monkeypatch, env_ok=False, bridges=["s1"])
-    warnings = ovs.ensure_running("user")
+    warnings = ovs.ensure_running("user", 8 << 20)
     assert len(warnings) == 1 and "heap trimming" in warnings[0]
     assert (daemons.stopped, daemons.started) == (0, 0)
 
 
 def test_a_daemon_started_without_tcmalloc_says_so(monkeypatch) -> None:
     daemons = FakeDaemons(monkeypatch, env_ok=False, bridges=[], tcmalloc=False)
-    warnings = ovs.ensure_running("user")
+    warnings = ovs.ensure_running("user", 8 << 20)
     assert len(warnings) == 1 and ovs.TCMALLOC in warnings[0]
     assert (daemons.stopped, daemons.started) == (1, 1)
