@@ -246,6 +246,7 @@ def test_after_start_holds_a_send_for_its_compute_time(tmp_path: Path):
         assert req["ready"] >= _row(runs["a"], f"rep{k - 1}", "recv")["end"]
 
 
+@pytest.mark.slow
 def test_a_failed_timing_transfer_fails_what_is_timed_from_it(tmp_path: Path):
     hosts = loopback_hosts(["a", "b", "c"])     # c's agent never starts
     transfers = [Transfer("dead", "a", "c", 100), Transfer("t", "a", "b", 10, after=("dead",)),

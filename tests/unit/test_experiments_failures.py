@@ -275,6 +275,7 @@ def _fake_traffic(emu, transfers, transport, workdir, seed, deadline_s=120.0, du
                            fidelity=[fidelity.Check("ovs_input_delay_ms", 0.1, 1.0, True)])
 
 
+@pytest.mark.slow
 def test_run_injects_restores_and_writes_rows_summary_and_figures(tmp_path, monkeypatch):
     FakeEmulation.actions = []
     monkeypatch.setattr(failures, "FAIL_AT", 0.0)   # every cut is due at once

@@ -40,6 +40,7 @@ def owner(graph):
     return {a.ip: a.endpoint for a in fg.attachments(graph)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", FULL_BISECTION)
 def test_every_shift_permutation_shares_no_link(spec):
     graph = topologies.build(spec)

@@ -161,6 +161,7 @@ def test_without_ns3_the_error_says_how_to_install_it(monkeypatch, tmp_path: Pat
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_the_binary_is_built_once_per_source(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     first = build.simulator_binary()
@@ -202,6 +203,7 @@ def test_the_window_counts_what_a_flow_delivered_between_its_edges() -> None:
         MTU / (MTU + bth.DATA_OVERHEAD), abs=PACKET_S / 0.4)
 
 
+@pytest.mark.slow
 def test_fabric_run_collisions_on_the_simulator(tmp_path: Path) -> None:
     """The experiment's run directory as the emulator writes it, with the backend named,
     every policy run (adaptive from its telemetry)."""
