@@ -31,6 +31,9 @@ Checks, each with its measured value and threshold:
   modelled reaction and the frames in flight, with 2 packet times to spare,
   ``spare_headroom_pkts``): the machine ran the flow-control daemon late. They are
   counted here, not in ``lossless_drops`` (the fabric's correctness).
+* ``lossless_timeouts`` (roce runs under flow control, added by the traffic runner):
+  retransmission timeouts of queue pairs in lossless classes while nothing was lost:
+  spurious (the timeout floor of a lossless class covers what its path's buffers hold);
 * ``hidden_socket_drops``: drops counted by the kernel on ovs-vswitchd's
   packet sockets, which no OVS counter shows;
 * ``ovs_send_drops``: packets ovs-vswitchd dropped because its one send socket was
@@ -306,6 +309,26 @@ class FidelityMonitor:
                                 "full) and dropped uncounted, from its log: at least"))
         self.checks = checks
         return checks
+
+
+# the checks whose values count packets the fabric or the emulator lost
+LOSS_CHECKS = ("lossless_drops", "late_pause_drops", "hidden_socket_drops", "ovs_send_drops")
+
+
+def lossless_timeout_check(agents: Iterable[dict[str, Any]], lossless_dscps: Iterable[int],
+                           checks: Iterable[Check]) -> Check:
+    """The retransmission timeouts of roce queue pairs in lossless classes: with nothing
+    lost (``checks``' :data:`LOSS_CHECKS` all 0) each was spurious, a defect of the run
+    (a paused packet is late, not lost); with a loss they may be its repair."""
+    classes = set(lossless_dscps)
+    timeouts = sum(record.get("rto_count") or 0 for agent in agents
+                   for record in agent.get("transfers", [])
+                   if record.get("role") == "send" and record.get("dscp") in classes)
+    lost = sum(c.value or 0 for c in checks if c.name in LOSS_CHECKS)
+    return Check("lossless_timeouts", timeouts, 0, timeouts == 0 or lost > 0,
+                 "retransmission timeouts in lossless classes"
+                 + (f" ({lost:g} packets lost: maybe their repair)" if lost else
+                    ", nothing lost: spurious"))
 
 
 def agent_lateness_check(agents: Iterable[dict[str, Any]]) -> Check | None:

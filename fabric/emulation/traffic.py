@@ -38,6 +38,7 @@ from fabric.emulation.shaping import ETHERNET_HEADER_BYTES
 from fabric.errors import UserError
 from fabric.host import system
 from fabric.model import graph as fg
+from fabric.model.flowcontrol import lossless_dscps, path_hold_pkts
 from fabric.traffic.model import (ROCE_PORT, TCP_DATA_PORT, Plan, ScheduleError, Transfer,
                                   TransportSpec, destination_ip, source_ports, tcp_connection_keys,
                                   validate_schedule)
@@ -92,8 +93,15 @@ def build_plan(emu: Emulation, transfers: list[Transfer], transport: TransportSp
     validate_schedule(transfers, hosts)
     if transport.rate_mbps is None:  # pace at the emulated host link rate
         transport = replace(transport, rate_mbps=rates.host_mbps)
-    # the transport's timeout floor follows the switches' buffer
+    # the transport's timeout floor follows the switches' buffer; in a lossless lane,
+    # all that the buffers of its longest path can hold
     transport = replace(transport, buffer_packets=emu.options.queue_pkts)
+    fc = emu.options.flow_control
+    if fc is not None and transport.kind == "roce":
+        hold = max((path_hold_pkts(graph, nx.shortest_path(graph, t.src, t.dst), fc,
+                                   emu.options.queue_pkts) for t in transfers), default=0)
+        transport = replace(transport, lossless_dscps=lossless_dscps(emu.options.lanes),
+                            lossless_hold_packets=hold)
     transfers = [t if t.dst_ip or len(graph.nodes[t.dst]["nics"]) == 1
                  else replace(t, dst_ip=fg.nearest_nic_ip(graph, t.src, t.dst)) for t in transfers]
     transfers = [t if t.hops else replace(t, hops=fg.path_links(graph, t.src, t.dst))
@@ -342,8 +350,9 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     paths = _measured_paths(emu.graph, monitor, plan, first_key) if monitor else {}
     drops_after = ingress_drops(emu, involved)
     drops = {ep: drops_after[ep] - drops_before[ep] for ep in involved}
+    checks += lossless.checks
     return TrafficResult(plan, results, series, paths, drops,
-                         checks + lossless.checks + _transport_checks(plan, results), errors,
+                         checks + _transport_checks(plan, results, checks), errors,
                          lossless.rows)
 
 
@@ -452,11 +461,16 @@ def _measured_paths(graph: Any, monitor: FlowMonitor, plan: Plan, first_key: dic
     return paths
 
 
-def _transport_checks(plan: Plan, results: dict[str, dict]) -> list[fidelity.Check]:
-    """The transport's own checks: roce agents' lateness, TCP's segment size."""
+def _transport_checks(plan: Plan, results: dict[str, dict],
+                      checks: list[fidelity.Check]) -> list[fidelity.Check]:
+    """The transport's own checks: roce agents' lateness and timeouts in lossless
+    classes (``checks``: the run's others, its losses), TCP's segment size."""
     if plan.transport.kind == "roce":
         late = fidelity.agent_lateness_check(results.values())
-        return [late] if late is not None else []
+        timeouts = ([fidelity.lossless_timeout_check(results.values(),
+                                                      plan.transport.lossless_dscps, checks)]
+                    if plan.transport.lossless_dscps else [])
+        return ([late] if late is not None else []) + timeouts
     return [fidelity.tcp_segment_check(
         part["mss"] for report in results.values() for record in report.get("transfers", [])
         for part in record.get("parts", []) if part.get("mss"))]

@@ -146,6 +146,25 @@ def lossless_lanes(lanes: LaneConfig) -> list[int]:
     return [i for i, lane in enumerate(lanes.lanes) if lane.lossless]
 
 
+def lossless_dscps(lanes: LaneConfig) -> tuple[int, ...]:
+    """Every DSCP whose lane flow control keeps lossless (pure; the default lane's
+    too: the DSCPs no lane names)."""
+    return tuple(d for d in range(64) if lanes.lanes[lanes.queue_for_dscp(d)].lossless)
+
+
+def switch_buffer_pkts(graph: nx.Graph, switch: str, fc: FlowControl, queue_pkts: int) -> int:
+    """Full-size packets ``switch``'s lossless lanes hold together at most (pure): its
+    whole buffer, which one egress queue may take."""
+    return int((fc.buffer_pkts_per_port or queue_pkts) * graph.degree(switch))
+
+
+def path_hold_pkts(graph: nx.Graph, path: list[str], fc: FlowControl, queue_pkts: int) -> int:
+    """Full-size packets the lossless queues along ``path`` (its nodes, endpoints
+    included) can hold together: every switch's whole buffer (pure)."""
+    return sum(switch_buffer_pkts(graph, node, fc, queue_pkts) for node in path
+               if fg.is_switch(graph, node))
+
+
 def leaf_limits(graph: nx.Graph, node: str, fc: FlowControl, queue_pkts: int,
                 lanes: LaneConfig) -> dict[int, int]:
     """Lossless lane -> leaf packets on ``node``'s egress (pure): a switch's whole buffer
@@ -154,6 +173,4 @@ def leaf_limits(graph: nx.Graph, node: str, fc: FlowControl, queue_pkts: int,
     if fg.is_endpoint(graph, node):
         per_port = 16 * (fc.buffer_pkts_per_port or queue_pkts)
         return dict.fromkeys(lossless_lanes(lanes), int(per_port))
-    ports = graph.degree(node)
-    return dict.fromkeys(lossless_lanes(lanes),
-                         int((fc.buffer_pkts_per_port or queue_pkts) * ports))
+    return dict.fromkeys(lossless_lanes(lanes), switch_buffer_pkts(graph, node, fc, queue_pkts))

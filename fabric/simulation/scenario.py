@@ -143,8 +143,7 @@ def transport_config(fabric: Fabric, transport: TransportSpec, deadline_s: float
         "ar": 1.0, "ar_keep": float(ar.keep),
         "ar_frame_bytes": float(transport.mtu_payload + bth.DATA_OVERHEAD),
         "ar_flowlet_gap": (ar.flowlet_gap_pkts or 0.0) * pt})
-    min_rto = max(timers.min_rto, fabric.queue_pkts + timers.rto_above_buffer)
-    max_rto = max(timers.max_rto, 2.5 * min_rto)
+    min_rto, max_rto = timers.rto_packets(fabric.queue_pkts)  # no lossless lanes here
     cc = config.cc
     return {"cc": transport.cc, "entropy": transport.entropy, "mtu": transport.mtu_payload,
             "packet_time": pt, "ack_every": config.ack_every,

@@ -112,6 +112,11 @@ class TransportSpec:
     and send time (``arrivals``), for delivery timelines around failures.
     ``buffer_packets``: the switches' queue limit in full-size packets; the roce
     retransmission timeout stays above a full queue's drain.
+    ``lossless_dscps``: the service classes flow control keeps lossless, and
+    ``lossless_hold_packets`` the most full-size packets the lossless queues of a
+    path can hold together (its switches' shared buffers): a roce queue pair in one of
+    those classes keeps its timeout above their drain, since a paused packet is late,
+    not lost (0 and none without flow control).
     """
 
     kind: str = "tcp"
@@ -123,6 +128,8 @@ class TransportSpec:
     cc: str = "swift"
     timeline: bool = False
     buffer_packets: int = 64
+    lossless_dscps: tuple[int, ...] = ()
+    lossless_hold_packets: int = 0
 
     @property
     def packet_bytes(self) -> int:
@@ -157,6 +164,11 @@ class TransportSpec:
                                 f"got {self.mtu_payload}")
         if self.buffer_packets < 1:
             raise ScheduleError(f"buffer_packets must be >= 1, got {self.buffer_packets}")
+        if self.lossless_hold_packets < 0:
+            raise ScheduleError(f"lossless_hold_packets must be >= 0, "
+                                f"got {self.lossless_hold_packets}")
+        if any(not 0 <= d <= 63 for d in self.lossless_dscps):
+            raise ScheduleError(f"lossless_dscps must be DSCPs 0..63, got {self.lossless_dscps}")
         if self.cc not in CONGESTION_CONTROLS:
             raise ScheduleError(f"cc must be one of {CONGESTION_CONTROLS}, got {self.cc!r}")
 
@@ -191,7 +203,9 @@ class Plan:
                      for t in data["transfers"]]
         hosts = {name: list(nics) for name, nics in data["hosts"].items()}
         window = data.get("window")
-        return Plan(transfers, hosts, TransportSpec(**data["transport"]),
+        transport = data["transport"]
+        transport["lossless_dscps"] = tuple(transport.get("lossless_dscps", ()))
+        return Plan(transfers, hosts, TransportSpec(**transport),
                     float(data["start_at"]), float(data["deadline_s"]),
                     int(data.get("port_seed", 0)),
                     None if window is None else (float(window[0]), float(window[1])))

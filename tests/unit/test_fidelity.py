@@ -156,3 +156,19 @@ def test_agent_lateness_is_the_share_of_the_nics_sending_time_lost():
                                                     "pacer_late_s": 0.3}}])
     assert late.value == pytest.approx(0.3 / 9.3, abs=1e-4) and not late.ok
     assert fidelity.agent_lateness_check([{"roce": {}}, {}]) is None  # no roce sending
+
+
+def test_a_timeout_in_a_lossless_class_with_nothing_lost_is_a_defect():
+    from fabric.emulation.fidelity import Check, lossless_timeout_check
+
+    agents = [{"transfers": [
+        {"role": "send", "dscp": 26, "rto_count": 2},
+        {"role": "send", "dscp": 0, "rto_count": 5},  # a lossy class: its own business
+        {"role": "recv", "dscp": 26}]}]
+    clean = [Check("lossless_drops", 0, 0, True), Check("ovs_send_drops", 0, 0, True)]
+    check = lossless_timeout_check(agents, (26,), clean)
+    assert (check.name, check.value, check.ok) == ("lossless_timeouts", 2, False)
+    assert "spurious" in check.detail
+    lost = clean + [Check("hidden_socket_drops", 3, 0, False)]
+    assert lossless_timeout_check(agents, (26,), lost).ok  # maybe the repair of a loss
+    assert lossless_timeout_check(agents, (10,), clean).value == 0

@@ -209,3 +209,29 @@ def test_only_drops_on_a_link_whose_pause_came_too_late_are_the_machine_s():
 def test_the_spare_headroom_is_what_the_reaction_and_frames_in_flight_leave():
     assert spare_headroom_pkts(FlowControl()) == 2  # 8 - 3 - 3
     assert spare_headroom_pkts(FlowControl(headroom_pkts=12, reaction_pkts=4)) == 5
+
+
+def test_the_lossless_dscps_are_their_lanes_and_the_default_lanes():
+    from fabric.model.flowcontrol import lossless_dscps
+    from fabric.model.presets import ALL_LOSSLESS, RDMA_LOSSLESS
+
+    assert lossless_dscps(RDMA_LOSSLESS) == (26,)  # the rest: the lossy default lane
+    assert lossless_dscps(ALL_LOSSLESS) == tuple(range(64))
+
+
+def test_a_path_holds_the_whole_buffer_of_each_of_its_switches():
+    import networkx as nx
+
+    import topologies
+    from fabric.model import graph as fg
+    from fabric.model.flowcontrol import FlowControl, path_hold_pkts
+
+    graph = topologies.build("leaf-spine")
+    src, dst = fg.endpoints(graph)[0], fg.endpoints(graph)[-1]
+    path = nx.shortest_path(graph, src, dst)
+    switches = [n for n in path if fg.is_switch(graph, n)]
+    assert len(switches) == 3  # leaf, spine, leaf
+    fc = FlowControl(buffer_pkts_per_port=100)
+    assert path_hold_pkts(graph, path, fc, 64) == sum(100 * graph.degree(s) for s in switches)
+    assert path_hold_pkts(graph, path, FlowControl(), 64) == sum(
+        64 * graph.degree(s) for s in switches)

@@ -327,6 +327,42 @@ def test_no_lateness_when_nothing_is_left_to_send():
         loop.close()
 
 
+def test_a_lossless_lane_keeps_its_timeout_above_all_its_path_can_hold():
+    """Under flow control a paused packet waits in every switch of its path, each of
+    which may hold its whole buffer in one queue: late, not lost."""
+    loop = EventLoop()
+    try:
+        spec = TransportSpec(kind="roce", rate_mbps=10, buffer_packets=64,
+                             lossless_dscps=(26,), lossless_hold_packets=1536)
+        engine = RoceEngine(loop, spec, ["127.0.0.1"], lambda r: None, lambda r, e: None)
+        pt = engine.packet_time
+        assert engine.lossless_cc.min_rto_s > 1536 * pt
+        assert engine.lossless_cc.max_rto_s >= 2.5 * engine.lossless_cc.min_rto_s - 1e-12
+        assert engine.qp_cc.min_rto_s == pytest.approx(100 * pt)  # the lossy lanes' own
+        engine.close()
+    finally:
+        loop.close()
+    loop = EventLoop()
+    engine = RoceEngine(loop, spec, ["127.0.0.1"], lambda r: None, lambda r, e: None)
+    try:
+        for qpn, dscp in ((0x300, 26), (0x301, 0)):
+            engine.start_send(TransferRecord(Transfer(f"t{dscp}", "a", "b", 100, dscp=dscp),
+                                             SEND, qpn=qpn, src_ip="127.0.0.1",
+                                             dst_ip="127.0.0.1"), time.monotonic())
+        # the lossless class's queue pair times out on the lossless floor, the other not
+        assert engine.senders[0x300].qp.win.cc is engine.lossless_cc
+        assert engine.senders[0x301].qp.win.cc is engine.qp_cc
+    finally:
+        engine.close()
+        loop.close()
+    plan = Plan([], {}, spec)
+    assert Plan.from_json(plan.to_json()).transport == spec  # a tuple again
+    with pytest.raises(ScheduleError):
+        TransportSpec(kind="roce", lossless_dscps=(64,))
+    with pytest.raises(ScheduleError):
+        TransportSpec(kind="roce", lossless_hold_packets=-1)
+
+
 def test_the_timeout_floor_outlasts_a_full_default_switch_buffer():
     """A packet queued behind a full buffer is late, not lost: the timeout must not
     resend the window for that (it did at 50 packet times under ECMP collisions)."""
@@ -826,10 +862,21 @@ def test_a_plan_with_smaller_packets_than_the_rates_were_planned_for_is_refused(
     roce = TransportSpec("roce")
     emu = SimpleNamespace(graph=graph, report=SimpleNamespace(
         rate_plan=plan_rates(graph, 3.0, packet_bytes=roce.packet_bytes)),
-        options=SimpleNamespace(queue_pkts=128))
+        options=SimpleNamespace(queue_pkts=128, flow_control=None))
     transfers = [Transfer("t", a, b, 10_000)]
     assert build_plan(emu, transfers, roce).transport.rate_mbps == 3.0
     assert build_plan(emu, transfers, roce).transport.buffer_packets == 128  # --queue-pkts
+    assert build_plan(emu, transfers, roce).transport.lossless_dscps == ()
+    from fabric.model.flowcontrol import FlowControl
+    from fabric.model.presets import RDMA_LOSSLESS
+
+    emu.options = SimpleNamespace(queue_pkts=128, flow_control=FlowControl(),
+                                  lanes=RDMA_LOSSLESS)
+    lossless = build_plan(emu, transfers, roce).transport
+    assert lossless.lossless_dscps == (26,)
+    # a and b share their leaf: that one switch's whole buffer
+    leaf = next(iter(graph.neighbors(a)))
+    assert lossless.lossless_hold_packets == 128 * graph.degree(leaf)
     with pytest.raises(ScheduleError, match="4140-byte packets"):
         build_plan(emu, transfers, TransportSpec("tcp"))
     with pytest.raises(ScheduleError, match="4140-byte packets"):

@@ -101,6 +101,22 @@ class PacketTimes:
     # sent minus received is exactly what the fabric lost
     close_linger: float = 64.0
 
+    def rto_packets(self, buffer_packets: int, hold_packets: int = 0) -> tuple[float, float]:
+        """The retransmission timeout's floor and ceiling, packet times (pure): above a
+        full switch queue's drain, and in a lossless lane above the drain of all that
+        its path's buffers can hold (``hold_packets``): a paused packet is late, not
+        lost, and a real NIC's timeout (ms) is far above both."""
+        floor = max(self.min_rto, max(buffer_packets, hold_packets) + self.rto_above_buffer)
+        return floor, max(self.max_rto, 2.5 * floor)
+
+
+def _timed_cc(config: "RoceConfig", packet_time: float, min_rto: float,
+              max_rto: float) -> CcConfig:
+    """``config.cc`` with its timers in seconds: timeouts and reordering allowance."""
+    return replace(config.cc, min_rto_s=min_rto * packet_time, init_rto_s=min_rto * packet_time,
+                   max_rto_s=max_rto * packet_time,
+                   min_reorder_s=config.timers.min_reorder * packet_time)
+
 
 @dataclass(frozen=True)
 class RoceConfig:
@@ -374,12 +390,11 @@ class RoceEngine(Engine):
         self.line_rate = rate * 1e6 / 8  # bytes/s, counted as the pacer counts them
         self.ecn = spec.cc == "dcqcn"
         timers = config.timers
-        min_rto = max(timers.min_rto, spec.buffer_packets + timers.rto_above_buffer)
-        max_rto = max(timers.max_rto, 2.5 * min_rto)
-        self.qp_cc = replace(config.cc, min_rto_s=min_rto * self.packet_time,
-                             init_rto_s=min_rto * self.packet_time,
-                             max_rto_s=max_rto * self.packet_time,
-                             min_reorder_s=timers.min_reorder * self.packet_time)
+        pt = self.packet_time
+        self.qp_cc = _timed_cc(config, pt, *timers.rto_packets(spec.buffer_packets))
+        # a queue pair in a lossless lane: its path's buffers may hold a packet longer
+        self.lossless_cc = _timed_cc(config, pt, *timers.rto_packets(
+            spec.buffer_packets, spec.lossless_hold_packets))
         self.ack_delay_s = timers.ack_delay * self.packet_time
         if config.wake_packets < 1:
             raise ValueError(f"wake_packets must be at least 1, got {config.wake_packets}")
@@ -516,7 +531,8 @@ class RoceEngine(Engine):
         control = make_control(self.spec.cc, self.packet_time, self.qp_cc.max_cwnd, t.hops,
                                self.line_rate, time.monotonic())
         assert record.src_ip and record.dst_ip  # start_send checked them
-        conn = _Connection(Window(self.qp_cc, control), sockets, self._pacer(record.src_ip, now),
+        cc = self.lossless_cc if t.dscp in self.spec.lossless_dscps else self.qp_cc
+        conn = _Connection(Window(cc, control), sockets, self._pacer(record.src_ip, now),
                            entropy, known[0],
                            (record.dst_ip, self.config.port) if self.spec.sprays else None)
         self.connections[key] = conn
