@@ -306,7 +306,7 @@ class FidelityMonitor:
             sent = ovs.send_drops_logged(ovs.vswitchd_log_since(self._log0))
             checks.append(Check("ovs_send_drops", sent, 0, sent == 0,
                                 "packets ovs-vswitchd could not send (its send socket was "
-                                "full) and dropped uncounted, from its log: at least"))
+                                "full) and dropped uncounted, from its log"))
         self.checks = checks
         return checks
 

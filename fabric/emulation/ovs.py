@@ -391,9 +391,9 @@ _SUPPRESSED = re.compile(r"\|netdev_linux\|INFO\|Dropped (\d+) log messages")
 
 
 def send_drops_logged(log: str) -> int:
-    """Packets ovs-vswitchd's log says it could not send (pure): at least one per
-    logged send error, and its suppressed repeats (a lower bound: other netdev
-    messages share that count, and a repeat suppressed past the log's end is missed)."""
+    """Packets ovs-vswitchd's log says it could not send (pure): one per logged send
+    error, and its suppressed repeats (their count may include other netdev messages;
+    repeats suppressed past the log's end are missed). Only its zero is exact."""
     errors = len(_SEND_ERROR.findall(log))
     return errors + sum(int(n) for n in _SUPPRESSED.findall(log)) if errors else 0
 
