@@ -384,9 +384,11 @@ def _start_vswitchd_with_wmem(env: dict[str, str], send_buffer: int) -> int:
 
 
 VSWITCHD_LOG = Path("/var/log/openvswitch/ovs-vswitchd.log")
-# what ovs-vswitchd logs when its send socket is full and it drops the packet; the
-# message is rate-limited, its suppressed repeats counted in a "Dropped N" line
-_SEND_ERROR = re.compile(r"\|netdev_linux\|WARN\|error sending Ethernet packet on ")
+# what ovs-vswitchd logs when its send socket is full (EAGAIN, ENOBUFS) and it drops the
+# packet, not a send to a link that is down; the message is rate-limited, its suppressed
+# repeats counted in a "Dropped N" line
+_SEND_ERROR = re.compile(r"\|netdev_linux\|WARN\|error sending Ethernet packet on \S+: "
+                         r"(?:Resource temporarily unavailable|No buffer space available)")
 _SUPPRESSED = re.compile(r"\|netdev_linux\|INFO\|Dropped (\d+) log messages")
 
 

@@ -47,6 +47,9 @@ def test_the_send_drops_are_read_from_the_log():
     assert send_drops_logged(LOG.splitlines()[2]) == 0
     # suppressed messages count only beside a send error
     assert send_drops_logged(LOG.splitlines()[1]) == 0
+    # a send onto a link that is down (a cut in the failures experiment) is the fault's
+    assert send_drops_logged("2026-12-07T13:40:01.000Z|05301|netdev_linux|WARN|error sending "
+                             "Ethernet packet on r0l0-eth3: Network is down\n") == 0
 
 
 def test_the_log_is_read_from_the_runs_start(tmp_path):
