@@ -13,7 +13,7 @@ from __future__ import annotations
 import networkx as nx
 
 from fabric.model import graph as fg
-from fabric.model.flowcontrol import FlowControl, lossless_lanes
+from fabric.model.flowcontrol import FlowControl, lossless_lanes, switch_buffer_pkts
 from fabric.model.lanes import LaneConfig
 
 MIN_SEND_BUFFER_BYTES = 4 * 1024 * 1024
@@ -47,7 +47,7 @@ def fabric_queue_packets(graph: nx.Graph, queue_pkts: int, lanes: LaneConfig,
         ports = graph.degree(switch)
         total += lossy_count * queue_pkts * ports
         if lossless and flow_control is not None:
-            total += int((flow_control.buffer_pkts_per_port or queue_pkts) * ports)
+            total += switch_buffer_pkts(graph, switch, flow_control, queue_pkts)
     return total
 
 
