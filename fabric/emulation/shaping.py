@@ -17,16 +17,21 @@ lane (:mod:`fabric.host.tcgate`); its leaf is as large as the switch's whole
 buffer, since the switch's accounting, not the leaf, bounds what it holds.
 
 On an endpoint's NIC (``control_first``) each lane's leaf is a two-class
-HTB that serves its first class first: the transport's ACKs and CNPs (UDP
+HTB that serves its first class first: the roce transport's ACKs and CNPs (UDP
 from port 4791) go out before the lane's queued data, as an RDMA NIC sends a
-responder's ACK ahead of its send queues' data instead of behind them. They stay in their lane: a
-paused lane holds its ACKs too, as PFC pauses a whole priority.
+responder's ACK ahead of its send queues' data instead of behind them. So do TCP's
+pure ACKs (no payload, no FIN) and everything the TCP transport's receiving side
+sends (from its listening port: ACKs and DONE frames), as a Linux host's per-flow
+qdisc (fq_codel, which this kernel lacks) serves a flow that sends little ahead of
+a bulk flow's backlog. Nothing of a flow's data is reordered: a packet with
+payload goes first only from a side that sends no bulk data. They stay in their
+lane: a paused lane holds its ACKs too, as PFC pauses a whole priority.
 """
 
 from __future__ import annotations
 
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
-from fabric.traffic.model import ROCE_PORT, TCP_PACKET_BYTES
+from fabric.traffic.model import ROCE_PORT, TCP_DATA_PORT, TCP_PACKET_BYTES
 
 DEFAULT_QUEUE_PKTS = 64
 LINK_CLASS = 0xFFFE  # parent class that caps all lanes at the link rate
@@ -51,6 +56,8 @@ DEFAULT_FRAME_BYTES = TCP_PACKET_BYTES + ETHERNET_HEADER_BYTES  # a 1500-byte pa
 LANE_FILTER_PRIO = 2  # after an ECN marker's filter (priority 1)
 # HTB warns above 200000 bytes of quantum and needs at least one frame.
 _MAX_QUANTUM = 200_000
+IPV4_HEADER_BYTES = 20  # the hosts send no IP options
+TCP_DATA_OFFSETS = range(5, 16)  # TCP header length in 32-bit words: 20-60 bytes
 
 
 def htb_quantum(rate_mbps: float) -> int:
@@ -139,7 +146,7 @@ def _control_first_lines(dev: str, parent: str, lane: int, limit: int) -> list[s
     class above shapes; this one only orders."""
     leaf = f"{ACK_FIRST_HANDLE + lane:x}:"
     rate = f"rate {ORDER_ONLY_RATE} ceil {ORDER_ONLY_RATE} quantum {MAX_FRAME_BYTES}"
-    return [
+    lines = [
         f"qdisc add dev {dev} parent {parent} handle {leaf} htb default 2",
         f"class add dev {dev} parent {leaf} classid {leaf}1 htb {rate} prio 0",
         f"class add dev {dev} parent {leaf} classid {leaf}2 htb {rate} prio 1",
@@ -147,9 +154,29 @@ def _control_first_lines(dev: str, parent: str, lane: int, limit: int) -> list[s
         f"pfifo_head_drop limit {limit}",
         f"qdisc add dev {dev} parent {leaf}2 handle {LEAF_HANDLE + lane:x}: "
         f"pfifo_head_drop limit {limit}",
-        f"filter add dev {dev} parent {leaf} protocol ip prio 1 u32 "
-        f"match ip protocol 17 0xff match ip sport {ROCE_PORT} 0xffff flowid {leaf}1",
     ]
+    return lines + [f"filter add dev {dev} parent {leaf} protocol ip prio 1 u32 {match} "
+                    f"flowid {leaf}1" for match in control_matches()]
+
+
+def control_matches() -> list[str]:
+    """u32 matches of the packets an endpoint's NIC sends ahead of its lane's data.
+
+    The roce transport's ACKs and CNPs (UDP from its port), the TCP transport's
+    receiving side (TCP from its listening port), and any TCP pure ACK: an IPv4 packet
+    without options whose total length is its TCP header's (one match per header
+    length) and whose FIN is clear (a FIN closes a stream of data; ahead of that data
+    it would look like a loss).
+    """
+    matches = [f"match ip protocol 17 0xff match ip sport {ROCE_PORT} 0xffff",
+               f"match ip protocol 6 0xff match ip sport {TCP_DATA_PORT} 0xffff"]
+    tcp = IPV4_HEADER_BYTES  # where the TCP header starts
+    for words in TCP_DATA_OFFSETS:
+        matches.append(f"match ip protocol 6 0xff match u8 0x45 0xff at 0 "
+                       f"match u16 {IPV4_HEADER_BYTES + 4 * words} 0xffff at 2 "
+                       f"match u8 0x{words << 4:02x} 0xf0 at {tcp + 12} "
+                       f"match u8 0x00 0x01 at {tcp + 13}")
+    return matches
 
 
 def rate_change_lines(dev: str, rate_mbps: float, lanes: LaneConfig = SINGLE_LANE) -> list[str]:

@@ -20,9 +20,14 @@ def test_ring_allreduce_puts_the_right_bytes_on_each_link(tmp_path: Path) -> Non
     transfers, ranks = make_transfers(graph, spec)
     with Emulation(graph, EmulationOptions()) as emu:
         result = run_plan(emu, build_plan(emu, transfers, TransportSpec()), tmp_path)
+        nic_classes = {rank: _nic_class_stats(emu, graph, rank) for rank in ranks}
     assert result.complete, result.errors
     totals = result.links.totals()
     per_rank = 2 * (4 - 1) / 4 * spec.size_bytes  # ring all-reduce: 2(N-1)/N * S
+    for rank, (control, data) in nic_classes.items():
+        # each NIC sends its ACKs and DONE frames ahead of its data, and only those
+        assert data[0] >= per_rank and data[1] >= per_rank / TCP_SEGMENT_BYTES, rank
+        assert control[1] >= 50 and control[0] < 100 * control[1], (rank, control)
     for rank, nxt in zip(ranks, ranks[1:] + ranks[:1]):
         sent = sum(r["bytes"] for r in result.transfer_rows() if r["src"] == rank)
         assert sent == pytest.approx(per_rank, abs=4)
@@ -117,6 +122,21 @@ def test_a_capture_of_sprayed_roce_decodes_as_rocev2(tmp_path: Path) -> None:
         assert roce and all(p[UDP].dport == 4791 for p in roce)
     host_side = [p for p in rdpcap(str(out / "l0h0-l0.pcap")) if p.haslayer(BTH)]
     assert len({p[UDP].sport for p in host_side}) > 10   # sprayed: many source ports
+
+
+def _nic_class_stats(emu: Emulation, graph, endpoint: str) -> tuple[tuple[int, int], ...]:
+    """(bytes, packets) its first NIC sent from its control class and its data class."""
+    from fabric.emulation import shaping
+    from fabric.model import graph as fg
+
+    dev = fg.intf_name(endpoint, graph.nodes[endpoint]["nics"][0]["port"])
+    out = emu.host(endpoint).cmd(f"tc -s class show dev {dev}")
+    stats = {}
+    for block in out.split("class htb ")[1:]:
+        sent = block.split("Sent ")[1].split()
+        stats[block.split()[0]] = (int(sent[0]), int(sent[2]))
+    order = f"{shaping.ACK_FIRST_HANDLE:x}:"
+    return stats[f"{order}1"], stats[f"{order}2"]
 
 
 # Sends ``count`` datagrams of ``size`` bytes from port 5000 back to back (they queue in

@@ -183,12 +183,13 @@ def test_rate_change_moves_every_class_of_the_same_tree():
 @pytest.mark.parametrize("gated", [None, {0: 500}])
 def test_an_endpoint_nic_sends_its_transports_acks_ahead_of_its_lanes_data(gated):
     """control_first: each lane's leaf is an HTB of two classes, served in prio order:
-    UDP from the RoCE port (ACKs, CNPs) first, everything else second; both FIFOs are
+    UDP from the RoCE port (ACKs, CNPs), TCP from the TCP transport's listening port (its
+    ACKs, DONE frames) and TCP pure ACKs first, everything else second; both FIFOs are
     head-drop with the lane's limit, and the data's keeps the lane's usual handle (the
     flow-control accounting and the drop counts read it). A gate stays above the whole
     leaf, so a paused lane holds its ACKs too."""
     from fabric.model.lanes import THREE_LANES
-    from fabric.traffic.model import ROCE_PORT
+    from fabric.traffic.model import ROCE_PORT, TCP_DATA_PORT
 
     lines = shape_lines("h0-eth0", 10.0, 32, THREE_LANES, gated=gated, control_first=True)
     plain = shape_lines("h0-eth0", 10.0, 32, THREE_LANES, gated=gated)
@@ -211,14 +212,64 @@ def test_an_endpoint_nic_sends_its_transports_acks_ahead_of_its_lanes_data(gated
         assert _value(fifos[f"{order}1"], "handle") == f"{shaping.CONTROL_LEAF_HANDLE + i:x}:"
         assert _value(fifos[f"{order}2"], "handle") == f"{shaping.LEAF_HANDLE + i:x}:"
         assert all(_value(f, "limit") == limit for f in fifos.values())
-        (flt,) = [line for line in mine if line.startswith("filter")]
-        assert f"match ip protocol 17 0xff match ip sport {ROCE_PORT} 0xffff" in flt
-        assert flt.endswith(f"flowid {order}1")
+        filters = [line for line in mine if line.startswith("filter")]
+        assert f"match ip protocol 17 0xff match ip sport {ROCE_PORT} 0xffff" in filters[0]
+        assert f"match ip protocol 6 0xff match ip sport {TCP_DATA_PORT} 0xffff" in filters[1]
+        assert len(filters) == 2 + len(shaping.TCP_DATA_OFFSETS)  # one per TCP header length
+        assert all(flt.endswith(f"flowid {order}1") for flt in filters)
     # the rest of the tree is what it is without
     assert [line for line in plain if "pfifo_head_drop" not in line] == [
         line for line in lines if "pfifo_head_drop" not in line
         and shaping.ORDER_ONLY_RATE not in line and " htb default 2" not in line
-        and "sport" not in line]
+        and "u32 match ip protocol" not in line]
+
+
+def _u32_matches(match: str, packet: bytes) -> bool:
+    """Evaluate one filter's u32 keys (the forms control_matches writes) on an IP packet."""
+    tokens = match.split()
+    named = {("ip", "protocol"): (9, 1), ("ip", "sport"): (20, 2)}
+    while tokens:
+        assert tokens.pop(0) == "match"
+        kind = tokens.pop(0)
+        if kind == "ip":
+            offset, size = named[("ip", tokens.pop(0))]
+            value, mask = (int(t, 0) for t in (tokens.pop(0), tokens.pop(0)))
+        else:
+            size = {"u8": 1, "u16": 2}[kind]
+            value, mask = (int(t, 0) for t in (tokens.pop(0), tokens.pop(0)))
+            assert tokens.pop(0) == "at"
+            offset = int(tokens.pop(0))
+        if int.from_bytes(packet[offset:offset + size], "big") & mask != value:
+            return False
+    return True
+
+
+def test_the_control_class_takes_acks_and_the_tcp_receivers_frames_and_no_data():
+    """Classified on real headers: every TCP pure ACK (any option length, SYN too),
+    anything from the TCP transport's listening port or UDP from the RoCE port goes
+    first; a segment with a single byte of payload, a FIN, or RoCE data (to the port,
+    not from it) stays in the data class."""
+    from scapy.layers.inet import IP, TCP, UDP
+
+    from fabric.traffic.model import ROCE_PORT, TCP_DATA_PORT
+
+    def first(pkt) -> bool:
+        return any(_u32_matches(m, bytes(pkt)) for m in shaping.control_matches())
+
+    ip = IP(src="10.0.0.1", dst="10.0.0.2")
+    sack = [("NOP", None), ("NOP", None), ("Timestamp", (1, 2))]
+    for blocks in range(4):
+        options = sack + ([("SAck", tuple(range(2 * blocks)))] if blocks else [])
+        assert first(ip / TCP(sport=40000, dport=TCP_DATA_PORT, flags="A", options=options))
+        assert not first(ip / TCP(sport=40000, dport=TCP_DATA_PORT, flags="A",
+                                  options=options) / b"x")
+    assert first(ip / TCP(sport=40000, dport=5201, flags="S", options=[("MSS", 1460)]))
+    assert first(ip / TCP(sport=40000, dport=5201, flags="A"))
+    assert not first(ip / TCP(sport=40000, dport=5201, flags="FA"))
+    assert not first(ip / TCP(sport=40000, dport=5201, flags="PA") / bytes(1448))
+    assert first(ip / TCP(sport=TCP_DATA_PORT, dport=40000, flags="PA") / bytes(40))  # DONE
+    assert first(ip / UDP(sport=ROCE_PORT, dport=ROCE_PORT) / bytes(16))              # ACK
+    assert not first(ip / UDP(sport=12345, dport=ROCE_PORT) / bytes(4096))          # data
 
 
 def test_only_an_endpoints_own_nic_puts_acks_first():
