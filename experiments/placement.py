@@ -29,6 +29,11 @@ stays under its leaf is not. On the non-blocking fabric two crossing hops
 hashed onto the same spine link also halve the ring (ECMP collisions;
 ``max_flows_per_link`` shows them).
 
+Transport: RSC is an InfiniBand fabric, so by default the ring runs on the
+roce transport as ``--preset rsc`` (one lossless lane, no congestion control,
+the subnet manager's static routes); ``--transport tcp`` runs the hosts'
+kernel TCP over lossy Ethernet with ECMP, as before.
+
 Published anchor: Meta's Research SuperCluster uses a non-blocking
 two-layer Clos so that job performance does not depend on placement.
 """
@@ -36,16 +41,15 @@ two-layer Clos so that job performance does not depend on placement.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import networkx as nx
 
 import topologies
 from fabric.analysis import plotstyle
-from fabric.emulation import ovs
-from fabric.emulation.machine_speed import default_host_mbps
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
 from fabric.experiment.measures import against_ideal, as_float, ideal_rows, span_s
+from fabric.experiment.options import CC, ROCE_MTU, TRANSPORT
 from fabric.model import graph as fg
 from fabric.model.spec import parse_spec
 from fabric.traffic import collectives, sizing
@@ -59,8 +63,8 @@ DEFAULT_TOPO = "rail-clos"
 OVERSUBSCRIPTIONS = (1, 2)
 PLACEMENTS = ("packed", "scattered")
 COLLECTIVE = "ring-allreduce"
-# A run's traffic per rank at line rate in TCP segments (quick, full): the same at every
-# rate; 432 segments are 1 s at 5 Mbit/s
+# A run's traffic per rank at line rate in packets of its transport (quick, full): the
+# same at every rate; 432 TCP segments are 1 s at 5 Mbit/s
 TARGET_PACKETS = {True: 432, False: 864}
 TCP = TransportSpec("tcp")
 ESTIMATE_MBPS = 5.0  # the rate the wall-clock estimate assumes (a 2-core machine's)
@@ -124,9 +128,9 @@ def uplink_frac(graph: nx.Graph) -> float:
     return min(1.0, min(core) / host) if core else 1.0
 
 
-def common_host_mbps(graphs: list[nx.Graph], datapath: str = "user") -> float:
-    """The host rate both fabrics can run: the smaller of their automatic rates."""
-    return min(default_host_mbps(g, datapath) for g in graphs)
+def common_host_mbps(graphs: list[nx.Graph], rate_of: Callable[[nx.Graph], float]) -> float:
+    """The host rate both fabrics can run: the smaller of their rates by ``rate_of``."""
+    return min(rate_of(g) for g in graphs)
 
 
 def oversubscription(graph: nx.Graph) -> int | float:
@@ -135,17 +139,17 @@ def oversubscription(graph: nx.Graph) -> int | float:
     return int(value) if value.is_integer() else value
 
 
-def ring_size(n: int, packets: int) -> int:
-    """nccl-tests size whose ring all-reduce has each rank send ``packets`` segments."""
-    per_rank = sizing.bytes_of(packets, TCP)
+def ring_size(n: int, packets: int, transport: TransportSpec = TCP) -> int:
+    """nccl-tests size whose ring all-reduce has each rank send ``packets`` packets."""
+    per_rank = sizing.bytes_of(packets, transport)
     return max(n, int(per_rank / collectives.busbw_factor(COLLECTIVE, n)))
 
 
-def schedules(graph: nx.Graph, seed: int, packets: int, n: int | None = None
-              ) -> list[dict[str, Any]]:
+def schedules(graph: nx.Graph, seed: int, packets: int, n: int | None = None,
+              transport: TransportSpec = TCP) -> list[dict[str, Any]]:
     """Every run of one seed on one fabric: ``{"placement", "ranks", "size", "transfers"}``."""
     n = n or leaf_size(graph)
-    size = ring_size(n, packets)
+    size = ring_size(n, packets, transport)
     out = []
     for placement in PLACEMENTS:
         ranks = placement_ranks(graph, placement, n, seed)
@@ -288,6 +292,8 @@ class Placement(Experiment):
     question = QUESTION
     default_topology = DEFAULT_TOPO
     modes = {"quick": Mode(seeds=2), "full": Mode(seeds=10)}
+    options = (TRANSPORT, CC, ROCE_MTU)
+    seed_preset = "rsc"
     anchors = {"meta-rsc": "non-blocking two-layer Clos: job performance independent of "
                            "placement",
                "oversubscribed": "2:1 penalises jobs whose traffic crosses the spines"}
@@ -302,7 +308,7 @@ class Placement(Experiment):
             if leaf_size(graph) < 2:
                 raise ScheduleError(f"{NAME}: {spec} has fewer than two hosts under a leaf; "
                                     f"a packed ring needs two")
-            schedules(graph, 0, TARGET_PACKETS[ctx.quick])
+            schedules(graph, 0, TARGET_PACKETS[ctx.quick], transport=ctx.transport())
 
     def run_count(self, ctx: RunContext) -> int:
         return len(self.topologies(ctx)) * len(self.seeds(ctx)) * len(PLACEMENTS)
@@ -317,25 +323,27 @@ class Placement(Experiment):
         graphs = {spec: topologies.build(spec) for _, spec in specs}
         n = leaf_size(graphs[specs[0][1]])
         packets = TARGET_PACKETS[ctx.quick]
-        datapath = ovs.choose_datapath(ctx.options().datapath)
-        host_mbps = ctx.host_mbps or common_host_mbps(list(graphs.values()), datapath)
+        transport = ctx.transport()
+        host_mbps = common_host_mbps(list(graphs.values()),
+                                     lambda g: runner.host_mbps(g, transport.packet_bytes))
         for over, spec in specs:
             graph = graphs[spec]
-            with runner.bring_up(graph, host_mbps=host_mbps) as emu:
+            with runner.bring_up(graph, host_mbps=host_mbps,
+                                 packet_bytes=transport.packet_bytes) as emu:
                 used = emu.report.rate_plan.host_mbps
-                target = sizing.seconds_of(packets, TCP, used)
+                target = sizing.seconds_of(packets, transport, used)
                 runs = (Scheduled({"oversubscription": over, "placement": sched["placement"],
                                    "seed": seed}, sched["transfers"], seed,
                                   {**sched, "graph": graph, "spec": spec, "host_mbps": used,
                                    "link_mbps": emu.report.rate_plan.link_mbps})
                         for seed in self.seeds(ctx)
-                        for sched in schedules(graph, seed, packets, n))
-                runner.run(emu, runs, TCP, f"over{over}", _row_of,
+                        for sched in schedules(graph, seed, packets, n, transport))
+                runner.run(emu, runs, transport, f"over{over}", _row_of,
                            deadline_s=max(30.0, DEADLINE_FACTOR * target))
         return Measured(
             {"topologies": [s for _, s in specs], "ranks": n, "collective": COLLECTIVE,
-             "placements": PLACEMENTS, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
-             "work": {"target_packets": packets, "payload_bytes": TCP.payload_bytes},
+             "placements": PLACEMENTS, **ctx.transport_parameters(transport),
+             "work": {"target_packets": packets, "payload_bytes": transport.payload_bytes},
              "host_mbps": ctx.host_mbps or "auto (min of both fabrics)",
              "host_mbps_used": host_mbps},
             {"topologies": [s for _, s in specs], "ranks": n, "host_mbps": host_mbps,
@@ -368,7 +376,7 @@ class Placement(Experiment):
     def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
               ) -> list[str]:
         """The most one ECMP flow across the spines gets, and how many ring hops cross."""
-        notes = [f"{spec}: one ECMP flow across the spines gets at most "
+        notes = [f"{spec}: one flow across the spines gets at most "
                  f"{uplink_frac(topologies.build(spec)):.2f} of the host rate"
                  for spec in self.topologies(ctx)]
         n = measured.summary["ranks"]

@@ -29,6 +29,11 @@ between zones, ``c/2`` flows go each way over inter-zone capacity ``L``
 ``L >= 1``; a zone-unaware one has ``c`` ~ N/2 and more (up to N when the
 zones alternate: ``2/N``).
 
+Transport: Fire-Flyer 2 is an InfiniBand fabric (HFReduce and 3FS are RDMA), so by
+default the runs are on the roce transport as ``--preset fire-flyer`` (three lossless
+lanes, no congestion control, the subnet manager's static routes); ``--transport tcp``
+runs the hosts' kernel TCP over lossy Ethernet with ECMP.
+
 Published anchor: Fire-Flyer 2 keeps a job inside one zone; the two zones
 share only a few links, so cross-zone traffic is limited by them, and its
 storage nodes sit in both zones so that reads never cross.
@@ -45,6 +50,7 @@ import topologies
 from fabric.analysis import plotstyle
 from fabric.experiment import Experiment, Measured, Mode, RunContext, RunData, Runner, Scheduled
 from fabric.experiment.measures import against_ideal, as_float, ideal_rows, span_s
+from fabric.experiment.options import CC, ROCE_MTU, TRANSPORT
 from fabric.model import graph as fg
 from fabric.traffic import collectives, sizing, storage
 from fabric.traffic.model import ScheduleError, TransportSpec
@@ -58,8 +64,8 @@ JOB_PLACEMENTS = ("one-zone", "cross-zone", "cross-zone-contiguous")
 STORAGE_PLACEMENTS = ("storage-zone0", "storage-zone1")
 PLACEMENTS = JOB_PLACEMENTS + STORAGE_PLACEMENTS
 COLLECTIVE = "ring-allreduce"
-# A run's traffic per endpoint at line rate in TCP segments (quick, full): the same at
-# every rate; 432 segments are 1 s at 5 Mbit/s
+# A run's traffic per endpoint at line rate in packets of its transport (quick, full):
+# the same at every rate; 432 TCP segments are 1 s at 5 Mbit/s
 TARGET_PACKETS = {True: 432, False: 864}
 TCP = TransportSpec("tcp")
 ESTIMATE_MBPS = 5.0  # the rate the wall-clock estimate assumes (a 2-core machine's)
@@ -172,18 +178,18 @@ def stripe_path_check(graph: nx.Graph, paths: dict[str, list[str] | None],
     return off, unmeasured
 
 
-def ring_size(n: int, packets: int) -> int:
-    """nccl-tests size whose ring all-reduce has each rank send ``packets`` segments."""
-    per_rank = sizing.bytes_of(packets, TCP)  # what each rank sends
+def ring_size(n: int, packets: int, transport: TransportSpec = TCP) -> int:
+    """nccl-tests size whose ring all-reduce has each rank send ``packets`` packets."""
+    per_rank = sizing.bytes_of(packets, transport)  # what each rank sends
     return max(n, int(per_rank / collectives.busbw_factor(COLLECTIVE, n)))
 
 
-def schedules(graph: nx.Graph, seed: int, packets: int, n: int | None = None
-              ) -> list[dict[str, Any]]:
+def schedules(graph: nx.Graph, seed: int, packets: int, n: int | None = None,
+              transport: TransportSpec = TCP) -> list[dict[str, Any]]:
     """Every run of one seed: ``{"placement", "transfers", "ranks", "size", "client",
     "zone", "stripes"}`` (job runs: ranks and size; storage runs: client, zone, stripe ids)."""
     n = n or job_size(graph)
-    size = ring_size(n, packets)
+    size = ring_size(n, packets, transport)
     runs = []
     for placement in JOB_PLACEMENTS:
         ranks = job_ranks(graph, placement, n, seed)
@@ -194,7 +200,7 @@ def schedules(graph: nx.Graph, seed: int, packets: int, n: int | None = None
     servers = fg.nodes_with_role(graph, "storage")
     if not servers:
         raise ScheduleError(f"{NAME}: the fabric has no storage nodes (two-zone,storage=...)")
-    block = max(len(servers), sizing.bytes_of(packets, TCP) // STORAGE_ROUNDS)
+    block = max(len(servers), sizing.bytes_of(packets, transport) // STORAGE_ROUNDS)
     for zone, placement in enumerate(STORAGE_PLACEMENTS):
         client = storage_client(graph, zone, seed)
         transfers = storage.striped_read(client, servers, block, STORAGE_ROUNDS,
@@ -357,13 +363,15 @@ class Zones(Experiment):
     question = QUESTION
     default_topology = DEFAULT_TOPO
     modes = {"quick": Mode(seeds=2), "full": Mode(seeds=10)}
+    options = (TRANSPORT, CC, ROCE_MTU)
+    seed_preset = "fire-flyer"
     anchors = {"fire-flyer-2": "jobs are kept inside one zone; the zones share few links, so "
                                "cross-zone traffic is limited by them",
                "storage": "storage nodes are dual-homed: reads stay in the client's zone"}
 
     def check(self, ctx: RunContext) -> None:
         """Refuse a topology without two zones of compute hosts and dual-homed storage."""
-        schedules(self.graph(ctx), 0, TARGET_PACKETS[ctx.quick])
+        schedules(self.graph(ctx), 0, TARGET_PACKETS[ctx.quick], transport=ctx.transport())
 
     def run_count(self, ctx: RunContext) -> int:
         return len(self.seeds(ctx)) * len(PLACEMENTS)
@@ -377,21 +385,23 @@ class Zones(Experiment):
         graph = topologies.build(spec)
         n = job_size(graph)
         packets = TARGET_PACKETS[ctx.quick]
-        with runner.bring_up(graph, host_mbps=ctx.host_mbps) as emu:
+        transport = ctx.transport()
+        with runner.bring_up(graph, host_mbps=ctx.host_mbps,
+                             packet_bytes=transport.packet_bytes) as emu:
             host_mbps = emu.report.rate_plan.host_mbps
-            target = sizing.seconds_of(packets, TCP, host_mbps)
+            target = sizing.seconds_of(packets, transport, host_mbps)
             runs = (Scheduled({"placement": sched["placement"], "seed": seed},
                               sched["transfers"], seed,
                               {**sched, "graph": graph, "host_mbps": host_mbps,
                                "link_mbps": emu.report.rate_plan.link_mbps})
                     for seed in self.seeds(ctx)
-                    for sched in schedules(graph, seed, packets, n))
-            runner.run(emu, runs, TCP, "", _row_of,
+                    for sched in schedules(graph, seed, packets, n, transport))
+            runner.run(emu, runs, transport, "", _row_of,
                        deadline_s=max(30.0, DEADLINE_FACTOR * target))
         return Measured({"topology": spec, "ranks": n, "collective": COLLECTIVE,
-                         "placements": PLACEMENTS, "transport": "tcp", "tcp_cc": ctx.tcp_cc,
+                         "placements": PLACEMENTS, **ctx.transport_parameters(transport),
                          "work": {"target_packets": packets,
-                                  "payload_bytes": TCP.payload_bytes},
+                                  "payload_bytes": transport.payload_bytes},
                          "storage_rounds": STORAGE_ROUNDS,
                          "host_mbps": ctx.host_mbps or "auto", "host_mbps_used": host_mbps},
                         {"topology": spec, "ranks": n})

@@ -79,6 +79,8 @@ def run_context(args: argparse.Namespace) -> Any:
         build_graph(args.topo, "--topo")  # a bad spec fails here, before anything changes
     check_pcap_args(args)
     values = {o.dest: getattr(args, o.dest) for o in experiment.options}
+    if _takes_seed_preset(args, experiment, values):
+        args.preset = experiment.seed_preset
     preset = preset_of(args)
     if preset and values.get("cc", "") is None:  # a roce experiment takes its cc
         values["cc"] = preset.cc
@@ -106,6 +108,17 @@ def run_context(args: argparse.Namespace) -> Any:
     if args.pcap is not None:
         ctx.capture = _capture_spec(args, ctx, experiment.topologies(ctx))
     return ctx
+
+
+def _takes_seed_preset(args: argparse.Namespace, experiment: Any, values: dict[str, Any]
+                       ) -> bool:
+    """A run of an experiment with a seed preset on its default transport (roce), with
+    neither ``--preset`` nor ``--flow-control``, runs as its seed system: the preset's
+    flow control, lanes, routing and congestion control (the simulator models none of
+    its flow control: an ns3 run stays lossy)."""
+    return bool(experiment.seed_preset and values.get("transport") in (None, "roce")
+                and args.preset is None and args.flow_control is None
+                and args.backend == "emulator")
 
 
 def _check_simulated(args: argparse.Namespace, experiment: Any) -> None:

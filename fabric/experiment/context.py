@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from fabric.emulation import EmulationOptions
 from fabric.emulation.capture import DEFAULT_MAX_PACKETS, capture_points
-from fabric.experiment.options import CC, ROCE_MTU, Option
+from fabric.experiment.options import CC, ROCE_MTU, TRANSPORT, Option
 from fabric.experiment.runs import DEFAULT_ATTEMPTS
 from fabric.experiment.simulated import SIM_TIME_SCALE
 from fabric.model import graph as fg
@@ -85,6 +85,17 @@ class RunContext:
         (``kwargs`` may set another ``cc``)."""
         return TransportSpec("roce", **{"mtu_payload": self.get(ROCE_MTU), "cc": self.get(CC),
                                         **kwargs})
+
+    def transport(self) -> TransportSpec:
+        """The hosts' transport of an experiment with ``--transport``: :meth:`roce`
+        (the default) or the kernel's TCP."""
+        return self.roce() if self.get(TRANSPORT) == "roce" else TransportSpec("tcp")
+
+    def transport_parameters(self, transport: TransportSpec) -> dict[str, Any]:
+        """What a manifest says of ``transport``: its kind and congestion control."""
+        if transport.kind == "roce":
+            return {"transport": "roce", "cc": transport.cc, "roce_mtu": transport.mtu_payload}
+        return {"transport": transport.kind, "tcp_cc": self.tcp_cc}
 
     def time_scale_of(self, backend: str) -> float:
         """How ``backend`` scales an experiment's deadlines and the adaptive controller's

@@ -10,7 +10,9 @@ An experiment is one module under ``experiments/`` holding one subclass of
   it chooses each fabric's flow control and lanes itself, e.g. to compare lossy
   and lossless: ``--flow-control`` and ``--preset`` are then refused),
   ``simulates`` (true when its runs also take the ns-3 backend, ``--backend ns3``:
-  :mod:`fabric.experiment.simulated`);
+  :mod:`fabric.experiment.simulated`), ``seed_preset`` (the preset of the seed
+  system it asks about: a run on the roce transport, the default, takes it unless
+  ``--preset``, ``--flow-control`` or ``--transport tcp`` is given);
 - **pure**, before anything changes on the system: :meth:`~Experiment.topologies`,
   :meth:`~Experiment.check`, :meth:`~Experiment.run_count`,
   :meth:`~Experiment.estimate_s`;
@@ -120,6 +122,7 @@ class Experiment(ABC):
     anchors: ClassVar[Mapping[str, Any]] = {}
     sets_flow_control: ClassVar[bool] = False  # True: --flow-control and --preset refused
     simulates: ClassVar[bool] = False  # True: it also runs on the ns-3 backend (--backend)
+    seed_preset: ClassVar[str | None] = None  # its seed system's preset (needs --transport)
 
     # --- declared and pure ------------------------------------------------------------
 

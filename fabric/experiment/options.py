@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypedDict
 
 from fabric.routing.policies import POLICIES
-from fabric.traffic.model import CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ROCE_MTUS, SPRAYING
+from fabric.traffic.model import (CONGESTION_CONTROLS, DEFAULT_ROCE_MTU, ROCE_MTUS, SPRAYING,
+                                  TRANSPORTS)
 
 
 class _ArgumentExtras(TypedDict, total=False):
@@ -72,6 +73,11 @@ SPRAY_ENTROPY = Option("--spray-entropy", default="recycle", choices=SPRAYING,
                             "the ones echoed as uncongested (REPS, default) or simply the next "
                             "one per packet")
 ROCE_OPTIONS = (CC, ROCE_MTU, SPRAY_ENTROPY)  # every experiment whose senders spray over roce
+TRANSPORT = Option("--transport", default="roce", choices=TRANSPORTS,
+                   help="the hosts' transport: roce (RDMA, as the seed system runs it; "
+                        "without --preset or --flow-control the seed's preset) or tcp (the "
+                        "hosts' kernel TCP over a lossy fabric unless --preset or "
+                        "--flow-control say otherwise) (default: roce)")
 
 
 def policy_list(text: str) -> tuple[str, ...]:

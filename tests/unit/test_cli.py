@@ -182,6 +182,29 @@ def test_each_experiment_takes_exactly_the_options_it_declares():
     assert "--cc" not in {o.flag for o in experiments.load("incast").options}
 
 
+def test_an_experiment_on_roce_runs_as_its_seed_system_unless_told_otherwise(tmp_path):
+    """placement (RSC) on its default transport takes the rsc preset: lossless, no
+    congestion control, static routes; --transport tcp, --flow-control or another
+    --preset say otherwise, and a given --cc stays."""
+    from fabric.cli import build_parser
+    from fabric.cli.run import run_context
+
+    def context(*argv):
+        out = ["--out", str(tmp_path / f"out{len(argv)}")]
+        return run_context(build_parser().parse_args(["run", "placement", *argv, *out]))
+
+    ctx = context()
+    assert ctx.preset.name == "rsc" and ctx.flow_control is not None
+    assert ctx.roce().cc == "none" and ctx.options().policy == "static"
+    assert context("--cc", "dcqcn").roce().cc == "dcqcn"
+    tcp = context("--transport", "tcp")
+    assert tcp.preset is None and tcp.flow_control is None
+    lossy = context("--flow-control", "none")
+    assert lossy.preset is None and lossy.flow_control is None and lossy.roce().cc == "swift"
+    assert context("--preset", "colossus").preset.name == "colossus"
+    assert context("--transport", "tcp", "--preset", "rsc").flow_control is not None
+
+
 def test_every_bring_up_says_which_controller_routes_it():
     import argparse
 

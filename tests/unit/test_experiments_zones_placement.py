@@ -18,7 +18,8 @@ from fabric.analysis import results
 from fabric.cli.run import format_table
 from fabric.emulation import capacity, fidelity
 from fabric.model import graph as fg
-from fabric.traffic.model import Plan, validate_schedule
+from fabric.emulation.machine_speed import default_host_mbps
+from fabric.traffic.model import Plan, TransportSpec, validate_schedule
 from tests import fake_emulation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,7 +156,7 @@ def test_uplink_share_and_common_host_rate(rgraphs):
     flat, over = rgraphs
     assert placement.uplink_frac(flat) == 1.0 and placement.uplink_frac(over) == 0.5
     assert placement.oversubscription(flat) == 1 and placement.oversubscription(over) == 2
-    rate = placement.common_host_mbps(rgraphs)
+    rate = placement.common_host_mbps(rgraphs, capacity.auto_host_mbps)
     assert rate > 0 and rate == min(capacity.auto_host_mbps(g) for g in rgraphs)
 
 
@@ -280,9 +281,9 @@ def _fabric(fail_ids=()):
 @pytest.mark.parametrize("module", [zones, placement])
 def test_run_writes_rows_summary_and_figures(tmp_path, monkeypatch, module):
     fabric = _fabric()
-    if module is placement:
-        monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
-    outcome = module.EXPERIMENT.run(RunContext(tmp_path, quick=True), fabric)
+    # 432 TCP segments of 1,448 B in the fake's 1.25 s at 5 Mbit/s: 0.8 of the host rate
+    values = {"transport": "tcp"}
+    outcome = module.EXPERIMENT.run(RunContext(tmp_path, quick=True, values=values), fabric)
     assert outcome.table and outcome.parameters and outcome.notes is not None
     assert outcome.fidelity["valid"] is True and outcome.seeds == [0, 1]
     runs = results.read_csv(tmp_path / "runs.csv")
@@ -300,6 +301,34 @@ def test_run_writes_rows_summary_and_figures(tmp_path, monkeypatch, module):
         assert path.stat().st_size > 1000
 
 
+@pytest.mark.parametrize("module", [placement, zones])
+def test_the_seeds_run_on_roce_by_default_sized_in_its_packets(tmp_path, module):
+    """RSC and Fire-Flyer run RDMA: the default runs are roce with the run's congestion
+    control, each ring rank's share the quick mode's packets of the path MTU's payload;
+    tcp on request."""
+    seen = []
+    traffic = _fake_traffic()
+
+    def recording(emu, transfers, transport, *args, **kwargs):
+        seen.append(transport)
+        return traffic(emu, transfers, transport, *args, **kwargs)
+
+    fabric = fake_emulation.backends(recording, emulation=FakeEmulation)
+    outcome = module.EXPERIMENT.run(RunContext(tmp_path / "roce", quick=True, seeds=1,
+                                               values={"cc": "none"}), fabric)
+    assert {(t.kind, t.cc) for t in seen} == {("roce", "none")}
+    assert outcome.parameters["transport"] == "roce" and outcome.parameters["cc"] == "none"
+    ring = results.read_csv(tmp_path / "roce" / "runs.csv")[0]
+    ranks = int(ring["ranks"])
+    per_rank = 2 * (ranks - 1) / ranks * int(ring["size_bytes"])  # ring all-reduce
+    packets = module.TARGET_PACKETS[True]
+    assert per_rank == pytest.approx(packets * seen[0].payload_bytes, rel=0.01)
+    seen.clear()
+    module.EXPERIMENT.run(RunContext(tmp_path / "tcp", quick=True, seeds=1,
+                                        values={"transport": "tcp"}), fabric)
+    assert {t.kind for t in seen} == {"tcp"}
+
+
 def test_zones_run_rows_carry_placements_and_interzone_bytes(tmp_path):
     fabric = _fabric()
     zones.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1), fabric)
@@ -313,7 +342,6 @@ def test_zones_run_rows_carry_placements_and_interzone_bytes(tmp_path):
 
 def test_an_incomplete_run_is_not_swallowed(tmp_path, monkeypatch):
     fabric = _fabric(fail_ids={"scattered-ring/ch0/step0/chunk0/r0"})
-    monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
     outcome = placement.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1), fabric)
     assert outcome.fidelity["valid"] is False
     failed = [c for c in outcome.fidelity["checks"] if not c["ok"]]
@@ -327,11 +355,12 @@ def test_an_incomplete_run_is_not_swallowed(tmp_path, monkeypatch):
 
 def test_placement_uses_one_host_rate_for_both_fabrics(tmp_path, monkeypatch):
     fabric = _fabric()
-    monkeypatch.setattr(placement.ovs, "choose_datapath", lambda requested: "user")
     placement.EXPERIMENT.run(RunContext(tmp_path, quick=True, seeds=1), fabric)
     runs = results.read_csv(tmp_path / "runs.csv")
+    roce = TransportSpec("roce").packet_bytes  # the default transport's
     assert {r["host_mbps"] for r in runs} == {str(placement.common_host_mbps(
-        [topologies.build(s) for _, s in placement.topology_specs(None)]))}
+        [topologies.build(s) for _, s in placement.topology_specs(None)],
+        lambda g: default_host_mbps(g, packet_bytes=roce)))}
     assert {r["oversubscription"] for r in runs} == {"1", "2"}
 
 
