@@ -79,6 +79,11 @@ def run_context(args: argparse.Namespace) -> Any:
         build_graph(args.topo, "--topo")  # a bad spec fails here, before anything changes
     check_pcap_args(args)
     values = {o.dest: getattr(args, o.dest) for o in experiment.options}
+    if values.get("transport") == "tcp":
+        for dest in ("cc", "roce_mtu", "spray_entropy"):
+            if values.get(dest) is not None:
+                raise UsageError(f"argument --{dest.replace('_', '-')}: applies to the roce "
+                                 f"transport only, not --transport tcp")
     if _takes_seed_preset(args, experiment, values):
         args.preset = experiment.seed_preset
     preset = preset_of(args)
