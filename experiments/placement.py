@@ -375,7 +375,7 @@ class Placement(Experiment):
 
     def notes(self, ctx: RunContext, rows: list[dict[str, Any]], measured: Measured
               ) -> list[str]:
-        """The most one ECMP flow across the spines gets, and how many ring hops cross."""
+        """The most one flow across the spines gets, and how many ring hops cross."""
         notes = [f"{spec}: one flow across the spines gets at most "
                  f"{uplink_frac(topologies.build(spec)):.2f} of the host rate"
                  for spec in self.topologies(ctx)]
