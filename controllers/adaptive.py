@@ -50,7 +50,8 @@ class AdaptiveApp(PolicyApp):
         return compute_intents(self.policy, self.graph, self.down_links(), self.config.lanes,
                                weights=self.balancer.all_weights(),
                                previous=getattr(self, "intents", None),
-                               default_weight=self.config.adaptive.max_weight)
+                               default_weight=self.config.adaptive.max_weight,
+                               pinned=self.config.routes)
 
     def start(self) -> Any:
         """Start the app and its polling loop."""

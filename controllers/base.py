@@ -64,7 +64,8 @@ class PolicyApp(app_manager.OSKenApp):
     def compute(self) -> dict[str, SwitchIntent]:
         """Intents for the current link state (subclasses add weights)."""
         return compute_intents(self.policy, self.graph, self.down_links(), self.config.lanes,
-                               previous=getattr(self, "intents", None))
+                               previous=getattr(self, "intents", None),
+                               pinned=self.config.routes)
 
     def down_links(self) -> set[frozenset]:
         """Links with at least one end reported down."""

@@ -20,6 +20,7 @@ EXPERIMENTS = {
     "lossless": "experiments.lossless",
     "replay": "experiments.replay",
     "scaling": "experiments.scaling",
+    "deadlock": "experiments.deadlock",
 }
 
 

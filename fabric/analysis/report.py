@@ -99,7 +99,8 @@ def summarize(result: RunResult, spec: PatternSpec, participants: list[str],
     summary = {**pattern_summary(result, spec, participants, host_mbps), **_totals(result),
                "errors": result.errors, "fidelity": report(result.fidelity)}
     if any(c.name == "lossless_drops" for c in result.fidelity):  # under flow control
-        summary["flow_control"] = flow_control_summary(result.flow_control)
+        summary["flow_control"] = {**flow_control_summary(result.flow_control),
+                                   "deadlocks": result.deadlocks}
     return summary
 
 

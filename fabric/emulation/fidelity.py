@@ -32,8 +32,13 @@ Checks, each with its measured value and threshold:
   ``spare_headroom_pkts``): the machine ran the flow-control daemon late. They are
   counted here, not in ``lossless_drops`` (the fabric's correctness).
 * ``lossless_timeouts`` (roce runs under flow control, added by the traffic runner):
-  retransmission timeouts of queue pairs in lossless classes while nothing was lost:
-  spurious (the timeout floor of a lossless class covers what its path's buffers hold);
+  retransmission timeouts of queue pairs in lossless classes while nothing was lost
+  and no deadlock formed: spurious (the timeout floor of a lossless class covers what
+  its path's buffers hold);
+* ``watchdog_drops`` and ``pfc_deadlocks`` (flow-control runs): what the watchdog
+  dropped after it released a pause, and the deadlocks the run-time detector saw
+  (:mod:`fabric.emulation.deadlock_watch`). Both are the fabric's behaviour, reported
+  beside the checks and never a defect of the run;
 * ``hidden_socket_drops``: drops counted by the kernel on ovs-vswitchd's
   packet sockets, which no OVS counter shows;
 * ``ovs_send_drops``: packets ovs-vswitchd dropped because its one send socket was
@@ -312,23 +317,28 @@ class FidelityMonitor:
 
 
 # the checks whose values count packets the fabric or the emulator lost
-LOSS_CHECKS = ("lossless_drops", "late_pause_drops", "hidden_socket_drops", "ovs_send_drops")
+LOSS_CHECKS = ("lossless_drops", "late_pause_drops", "hidden_socket_drops", "ovs_send_drops",
+               "watchdog_drops")
 
 
 def lossless_timeout_check(agents: Iterable[dict[str, Any]], lossless_dscps: Iterable[int],
                            checks: Iterable[Check]) -> Check:
     """The retransmission timeouts of roce queue pairs in lossless classes: with nothing
-    lost (``checks``' :data:`LOSS_CHECKS` all 0) each was spurious, a defect of the run
-    (a paused packet is late, not lost); with a loss they may be its repair."""
+    lost (``checks``' :data:`LOSS_CHECKS` all 0) and no deadlock (``pfc_deadlocks``)
+    each was spurious, a defect of the run (a paused packet is late, not lost); with a
+    loss they may be its repair, in a deadlock nothing arrives at all."""
     classes = set(lossless_dscps)
+    checks = list(checks)
     timeouts = sum(record.get("rto_count") or 0 for agent in agents
                    for record in agent.get("transfers", [])
                    if record.get("role") == "send" and record.get("dscp") in classes)
     lost = sum(c.value or 0 for c in checks if c.name in LOSS_CHECKS)
-    return Check("lossless_timeouts", timeouts, 0, timeouts == 0 or lost > 0,
-                 "retransmission timeouts in lossless classes"
-                 + (f" ({lost:g} packets lost: maybe their repair)" if lost else
-                    ", nothing lost: spurious"))
+    deadlocks = sum(c.value or 0 for c in checks if c.name == "pfc_deadlocks")
+    why = (f" ({lost:g} packets lost: maybe their repair)" if lost else
+           f" ({deadlocks:g} deadlocks: nothing could arrive)" if deadlocks else
+           ", nothing lost: spurious")
+    return Check("lossless_timeouts", timeouts, 0, timeouts == 0 or lost > 0 or deadlocks > 0,
+                 "retransmission timeouts in lossless classes" + why)
 
 
 def agent_lateness_check(agents: Iterable[dict[str, Any]]) -> Check | None:

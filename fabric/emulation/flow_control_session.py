@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import networkx as nx
 
 from fabric.emulation import fidelity, flowcontrol, runstate
+from fabric.emulation.deadlock_watch import DeadlockDetector
 from fabric.host import system
 from fabric.model import graph as fg
 from fabric.model.flowcontrol import FlowControl, lossless_lanes, spare_headroom_pkts
@@ -27,10 +28,13 @@ from fabric.traffic.model import Plan
 
 @dataclass
 class LosslessWatch:
-    """What flow control did during a run: rows per link and lane, and its checks."""
+    """What flow control did during a run: rows per link and lane, its checks, and the
+    deadlocks the detector saw form (:class:`~fabric.emulation.deadlock_watch.Formation`
+    rows)."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     checks: list[fidelity.Check] = field(default_factory=list)
+    deadlocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 class FlowControlSession:
@@ -65,6 +69,9 @@ class FlowControlSession:
         self._links: list[dict[str, Any]] = []  # the daemon's links (ids, reactions)
         self._host_pids: dict[str, int] = {}
         self._events: Path | None = None
+        # the installed routes' buffer dependencies, when fabric's own policy routes
+        # (the bring-up sets them): without them the deadlock detector does not run
+        self.dependencies: nx.DiGraph | None = None
 
     def check(self) -> None:
         """Before any change: the fabric can take it and its accounting builds."""
@@ -128,14 +135,25 @@ class FlowControlSession:
         before, queues_before = self.counters.read(self.lanes), self.queue_drops()
         self.counters.reset_max_held(self.lanes)
         since = time.monotonic_ns()
-        yield watch
+        detector = self._detector(plan)
+        if detector:
+            detector.start()
+        try:
+            yield watch
+        finally:
+            watch.deadlocks = detector.stop() if detector else []
         after, queues_after = self.counters.read(self.lanes), self.queue_drops()
         watch.rows = flowcontrol.link_rows(self.graph, before, after,
                                            time.time() - plan.start_at, self.frame_bytes)
         late = self.pause_lateness(since)
         spare = spare_headroom_pkts(self.flow_control)
-        admission = sum(r["drops"] for r in watch.rows)
-        behind_late = flowcontrol.drops_behind_late_pauses(watch.rows, late, spare)
+        # a lane the watchdog released takes no pause for a while: what it then drops
+        # is the watchdog's (the fabric's), not the emulator's
+        released = [r for r in watch.rows if r["watchdog_trips"]]
+        by_watchdog = sum(r["drops"] for r in released)
+        admission = sum(r["drops"] for r in watch.rows) - by_watchdog
+        behind_late = flowcontrol.drops_behind_late_pauses(
+            [r for r in watch.rows if not r["watchdog_trips"]], late, spare)
         queued = sum(v - queues_before.get(k, 0) for k, v in queues_after.items())
         dropped = admission - behind_late + queued
         worst = max(late.values(), default=0.0)
@@ -144,12 +162,34 @@ class FlowControlSession:
             fidelity.Check("lossless_drops", dropped, 0, dropped == 0,
                            f"{admission} at a full headroom ({behind_late} of them behind a "
                            f"pause that came late: see late_pause_drops), {queued} in egress "
-                           f"queues of lossless lanes"),
+                           f"queues of lossless lanes; not counted: {by_watchdog} on "
+                           f"{len(released)} link lanes the watchdog released"),
+            # the fabric's, not the emulator's: reported, never a defect of the run
+            fidelity.Check("watchdog_drops", by_watchdog, None, True,
+                           f"drops on {len(released)} link lanes after the watchdog "
+                           f"released their pause"),
+            fidelity.Check("pfc_deadlocks", len(watch.deadlocks), None, True,
+                           "; ".join(f"{d['cycle']} (lane {d['lane']}) at {d['detected_s']} s"
+                                     + ("" if d["cleared_s"] is None
+                                        else f", cleared at {d['cleared_s']} s")
+                                     for d in watch.deadlocks) or "none formed"),
             fidelity.Check("late_pause_drops", behind_late, 0, behind_late == 0,
                            f"pauses took effect up to {worst:.2f} packet times after the "
                            f"modelled reaction; the headroom leaves {spare:g} spare"),
             fidelity.Check("flow_control_daemon", float(running), 1.0, running,
                            "serving" if running else "it exited: see pfc.log")]
+
+    def _detector(self, plan: Plan) -> DeadlockDetector | None:
+        """The run's deadlock detector (None without the routes' dependencies)."""
+        if self.dependencies is None or self.counters is None:
+            return None
+        counters, lanes = self.counters, self.lanes
+        directions = flowcontrol.link_directions(self.graph)
+        links = {int(link["id"]): ((directions[int(link["id"]) - 1].src,
+                                    directions[int(link["id"]) - 1].dst), link["packet_ns"])
+                 for link in self._links}
+        return DeadlockDetector(lambda: counters.closed_since(lanes), links, self.dependencies,
+                                self.flow_control.deadlock_after_pkts, lambda: plan.start_at)
 
     def stop(self) -> None:
         """Stop the daemon (it opens its gates while the links exist); idempotent."""

@@ -243,6 +243,18 @@ class Counters:
                                      "reaction_sum_ns": gate[6], "reaction_max_ns": gate[7]}
         return out
 
+    def closed_since(self, lanes: list[int]) -> dict[tuple[int, int], int]:
+        """(link id, lane) -> ``time.monotonic_ns()`` its gate closed, for the gates
+        closed now."""
+        out = {}
+        for link in range(1, self.links + 1):
+            for lane in lanes:
+                key = struct.pack("=I", link * MAX_LANES + lane)
+                since = GATE_STAT.unpack(_array_value(self.gates_fd, key, GATE_STAT.size))[2]
+                if since:
+                    out[(link, lane)] = since
+        return out
+
     def reset_max_held(self, lanes: list[int]) -> None:
         """Start a new maximum (the daemon's and the program's sums stay cumulative)."""
         for link in range(1, self.links + 1):

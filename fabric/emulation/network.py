@@ -39,11 +39,11 @@ from fabric.model.flowcontrol import FlowControl
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.adaptive import AdaptiveParams, params_for_rate
 from fabric.routing.config import ControllerConfig
-from fabric.routing.deadlock import dependency_cycle, describe_cycle
+from fabric.routing.deadlock import buffer_dependencies, describe_cycle, find_cycle
 from fabric.routing.policies import POLICIES, policy_route_tables
 from fabric.routing.static import StaticRoutingError, static_route_tables
 from fabric.routing.switch_ar import ArParams, check_port_sets
-from fabric.routing.tables import route_tables
+from fabric.routing.tables import check_pinned, route_tables
 from fabric.traffic.model import TCP_PACKET_BYTES
 
 OPENFLOW_PROTOCOLS = "OpenFlow13,OpenFlow15"
@@ -108,6 +108,9 @@ class EmulationOptions:
     flow_control: FlowControl | None = None
     # the switches' per-packet choice under policy "ar": threshold and flowlet gap
     adaptive_routing: ArParams = ArParams()
+    # {switch: {destination ip: ports}} installed in place of the policy's routes
+    # (fabric's own policy apps only; e.g. fabric.routing.deadlock.valley_routes)
+    pinned_routes: dict[str, dict[str, tuple[int, ...]]] | None = None
 
 
 @dataclass
@@ -310,10 +313,22 @@ class Emulation:
         except (StaticRoutingError, ValueError, adaptive_routing.AdaptiveRoutingError,
                 libbpf.BpfError) as exc:
             raise EmulationError(str(exc)) from None
-        if self.options.flow_control and not (self.options.controller_app
-                                              or self.options.remote_controller):
-            cycle = dependency_cycle(self.graph,
-                                     policy_route_tables(self.options.policy, self.graph))
+        own_app = not (self.options.controller_app or self.options.remote_controller)
+        pinned = self.options.pinned_routes
+        if pinned:
+            if not own_app or self.options.policy == "ar":
+                raise EmulationError("pinned routes go to fabric's own policy apps, not to "
+                                     "your own controller nor under policy ar (its switches "
+                                     "choose among the route's ports)")
+            try:
+                check_pinned(self.graph, pinned)
+            except ValueError as exc:
+                raise EmulationError(str(exc)) from None
+        if self.flow_control and own_app:
+            deps = buffer_dependencies(self.graph, policy_route_tables(
+                self.options.policy, self.graph, pinned=pinned))
+            self.flow_control.dependencies = deps  # the run-time detector's
+            cycle = find_cycle(deps)
             if cycle:  # a run may build one on purpose; its pauses will show it
                 self.report.warnings.append(
                     f"the routes can deadlock the lossless lanes: the links "
@@ -425,7 +440,8 @@ class Emulation:
         plan = self.report.rates
         return ControllerConfig(self.options.lanes, plan.scale_mbps_per_gbps,
                                 self.options.adaptive or params_for_rate(
-                                    plan.host_mbps, packet_bits=self.options.packet_bytes * 8))
+                                    plan.host_mbps, packet_bits=self.options.packet_bytes * 8),
+                                dict(self.options.pinned_routes or {}))
 
     def _start_adaptive_routing(self) -> None:
         """Attach the switches' per-packet choice (after flow control: it reads its gates)."""

@@ -353,7 +353,7 @@ def run_plan(emu: Emulation, plan: Plan, workdir: Path, monitor_paths: bool = Tr
     checks += lossless.checks
     return TrafficResult(plan, results, series, paths, drops,
                          checks + _transport_checks(plan, results, checks), errors,
-                         lossless.rows)
+                         lossless.rows, lossless.deadlocks)
 
 
 def _run_agents(emu: Emulation, plan: Plan, plan_path: Path, workdir: Path,

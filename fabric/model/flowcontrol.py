@@ -28,6 +28,10 @@ A pause that lasts longer than the watchdog is broken (RDMA NICs and switches
 stop honouring a storm of pauses after 100 ms): the lane is released and, for
 as long again, not paused. The watchdog is given in the modelled fabric's time
 and converted to packet times at its physical rate.
+
+A pause held longer than ``deadlock_after_pkts`` on every link of a cycle of buffer
+dependencies is a deadlock (:mod:`fabric.emulation.deadlock_watch` reports it while a
+run goes on); the watchdog, when it is the shorter, breaks it before it is seen.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class FlowControl:
     resume_pkts: float = 1.0
     alpha_shift: int = 3
     watchdog_ms: float = 100.0  # in the modelled fabric's time
+    deadlock_after_pkts: float = 200.0  # a pause held this long counts towards a deadlock
 
     def __post_init__(self) -> None:
         for name in ("reserve_pkts", "headroom_pkts", "resume_pkts", "reaction_pkts"):
@@ -76,6 +81,9 @@ class FlowControl:
         if self.buffer_pkts_per_port is not None and not self.buffer_pkts_per_port > 0:
             raise FlowControlError(f"flow control: buffer_pkts_per_port must be > 0, got "
                                    f"{self.buffer_pkts_per_port}")
+        if not self.deadlock_after_pkts > 0:
+            raise FlowControlError(f"flow control: deadlock_after_pkts must be > 0, "
+                                   f"got {self.deadlock_after_pkts}")
         if not self.watchdog_ms > 0:
             raise FlowControlError(f"flow control: watchdog_ms must be > 0, "
                                    f"got {self.watchdog_ms}")

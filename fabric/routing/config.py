@@ -1,10 +1,12 @@
-"""Controller configuration file: lanes, rate scale, adaptive tuning (JSON).
+"""Controller configuration file: lanes, rate scale, adaptive tuning, pinned routes (JSON).
 
 ::
 
     {"lanes": [...],                       # see fabric.model.lanes; default one lane
      "scale_mbps_per_gbps": 0.05,          # the emulation's rate scale
-     "adaptive": {"interval_s": 0.1, ...}} # see fabric.routing.adaptive.AdaptiveParams
+     "adaptive": {"interval_s": 0.1, ...}, # see fabric.routing.adaptive.AdaptiveParams
+     "routes": {"s0": {"10.0.0.5": [2]}}}  # switch -> destination ip -> output ports,
+                                           # in place of the policy's for those
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ class ControllerConfig:
     lanes: LaneConfig = SINGLE_LANE
     scale_mbps_per_gbps: float = DEFAULT_SCALE_MBPS_PER_GBPS
     adaptive: AdaptiveParams = field(default_factory=AdaptiveParams)
+    # switch -> destination ip -> output ports, installed in place of the policy's
+    routes: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
 
 
 def controller_config_from_dict(data: dict[str, Any]) -> ControllerConfig:
     """Validate and build a :class:`ControllerConfig`."""
     if not isinstance(data, dict):
         raise ControllerConfigError("controller config must be a JSON object")
-    unknown = set(data) - {"lanes", "scale_mbps_per_gbps", "adaptive"}
+    unknown = set(data) - {"lanes", "scale_mbps_per_gbps", "adaptive", "routes"}
     if unknown:
         raise ControllerConfigError(f"unknown controller config keys {sorted(unknown)}")
     try:
@@ -54,7 +58,24 @@ def controller_config_from_dict(data: dict[str, Any]) -> ControllerConfig:
         raise ControllerConfigError(str(exc)) from None
     if not scale > 0:
         raise ControllerConfigError(f"scale_mbps_per_gbps must be > 0, got {scale}")
-    return ControllerConfig(lanes, scale, adaptive)
+    return ControllerConfig(lanes, scale, adaptive, _routes(data.get("routes", {})))
+
+
+def _routes(raw: Any) -> dict[str, dict[str, tuple[int, ...]]]:
+    """``routes`` as ``{switch: {ip: (port, ...)}}`` (its names are checked against the
+    graph where one is known: :func:`fabric.routing.tables.check_pinned`)."""
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ControllerConfigError("routes must map a switch to {destination ip: [ports]}")
+    out: dict[str, dict[str, tuple[int, ...]]] = {}
+    for sw, table in raw.items():
+        out[str(sw)] = {}
+        for ip, ports in table.items():
+            if (not isinstance(ports, list) or not ports
+                    or not all(isinstance(p, int) and p >= 0 for p in ports)):
+                raise ControllerConfigError(f"routes: {sw} {ip}: give a list of port numbers, "
+                                            f"got {ports!r}")
+            out[str(sw)][str(ip)] = tuple(ports)
+    return out
 
 
 def load_controller_config(path: str | Path) -> ControllerConfig:
@@ -71,4 +92,6 @@ def controller_config_to_dict(config: ControllerConfig) -> dict[str, Any]:
     """The JSON form of ``config``."""
     return {**lane_config_to_dict(config.lanes),
             "scale_mbps_per_gbps": config.scale_mbps_per_gbps,
-            "adaptive": dataclasses.asdict(config.adaptive)}
+            "adaptive": dataclasses.asdict(config.adaptive),
+            "routes": {sw: {ip: list(ports) for ip, ports in table.items()}
+                       for sw, table in config.routes.items()}}

@@ -29,7 +29,7 @@ from fabric.model.intents import SwitchIntent
 from fabric.model.lanes import SINGLE_LANE, LaneConfig
 from fabric.routing.probes import PROBE_FLOW
 from fabric.routing.static import static_route_tables
-from fabric.routing.tables import Weights, build_intents, route_tables
+from fabric.routing.tables import Weights, build_intents, pin_routes, route_tables
 
 POLICIES = ("ecmp", "spray", "adaptive", "static", "ar")
 SPRAYING = {"ecmp": False, "spray": True, "adaptive": True, "static": False, "ar": False}
@@ -62,19 +62,24 @@ def multipath(policy: str) -> bool:
     return sprays(policy) or policy == "ar"
 
 
-def policy_route_tables(policy: str, graph: nx.Graph, down: Iterable[frozenset] = ()
+def policy_route_tables(policy: str, graph: nx.Graph, down: Iterable[frozenset] = (),
+                        pinned: dict[str, dict[str, tuple[int, ...]]] | None = None
                         ) -> dict[str, dict[str, tuple[int, ...]]]:
     """``{switch: {destination ip: ports}}`` that ``policy`` installs: one planned port
     per destination (static) or every equal-cost port (the others; adaptive and ar
-    choose among them)."""
-    return static_route_tables(graph, down) if policy == "static" else route_tables(graph, down)
+    choose among them), with the ``pinned`` routes in place of its own."""
+    tables = (static_route_tables(graph, down) if policy == "static"
+              else route_tables(graph, down))
+    return pin_routes(tables, pinned) if pinned else tables
 
 
 def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = (),
                     lanes: LaneConfig = SINGLE_LANE,
                     weights: dict[str, Weights] | None = None,
                     previous: dict[str, SwitchIntent] | None = None,
-                    default_weight: int = 1) -> dict[str, SwitchIntent]:
+                    default_weight: int = 1,
+                    pinned: dict[str, dict[str, tuple[int, ...]]] | None = None
+                    ) -> dict[str, SwitchIntent]:
     """Return ``{switch: SwitchIntent}`` for ``policy``.
 
     Parameters
@@ -93,13 +98,17 @@ def compute_intents(policy: str, graph: nx.Graph, down: Iterable[frozenset] = ()
         Installed intents whose group ids are kept.
     default_weight : int
         Weight of buckets ``weights`` does not name.
+    pinned : dict, optional
+        ``{switch: {destination ip: ports}}`` installed in place of the policy's routes
+        (e.g. routes that break up-down order on purpose:
+        :func:`fabric.routing.deadlock.valley_routes`).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     if policy != "adaptive" and weights:
         raise ValueError(f"{policy} uses equal weights")
-    intents = build_intents(graph, policy_route_tables(policy, graph, down), lanes, weights,
-                            previous, default_weight)
+    intents = build_intents(graph, policy_route_tables(policy, graph, down, pinned), lanes,
+                            weights, previous, default_weight)
     if policy == "adaptive":
         intents = {sw: dataclasses.replace(intent, flows=intent.flows + (PROBE_FLOW,))
                    for sw, intent in intents.items()}

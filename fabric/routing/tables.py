@@ -116,6 +116,40 @@ def route_tables(graph: nx.Graph, down: Iterable[frozenset] = ()
     return tables
 
 
+def pin_routes(tables: dict[str, dict[str, tuple[int, ...]]],
+               pinned: dict[str, dict[str, tuple[int, ...]]]
+               ) -> dict[str, dict[str, tuple[int, ...]]]:
+    """``tables`` with the ``pinned`` routes in place of the policy's (pure)."""
+    out = {sw: dict(table) for sw, table in tables.items()}
+    for sw, routes in pinned.items():
+        out.setdefault(sw, {}).update({ip: tuple(ports) for ip, ports in routes.items()})
+    return out
+
+
+def check_pinned(graph: nx.Graph, pinned: dict[str, dict[str, tuple[int, ...]]]) -> None:
+    """Refuse pinned routes that name a switch, address or port the graph lacks.
+
+    Raises
+    ------
+    ValueError
+        Naming the first such route.
+    """
+    ips = {att.ip for att in fg.attachments(graph)}
+    for sw, table in pinned.items():
+        if sw not in graph or not fg.is_switch(graph, sw):
+            raise ValueError(f"pinned routes: {sw!r} is not a switch of this fabric")
+        ports = {fg.port(graph, sw, nbr) for nbr in graph.neighbors(sw)}
+        for ip, out in table.items():
+            if ip not in ips:
+                raise ValueError(f"pinned routes: {sw} {ip}: no endpoint has that address")
+            if not out:
+                raise ValueError(f"pinned routes: {sw} {ip}: no output port given")
+            wrong = [p for p in out if p not in ports]
+            if wrong:
+                raise ValueError(f"pinned routes: {sw} {ip}: {sw} has no port {wrong[0]} "
+                                 f"(its ports: {min(ports)}-{max(ports)})")
+
+
 def hash_basis(switch: str) -> int:
     """A fixed per-switch seed for the select hash (CRC-32 of the name)."""
     return zlib.crc32(switch.encode())

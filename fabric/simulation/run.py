@@ -88,6 +88,7 @@ class SimResult:
     fidelity: list[Any] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     flow_control: list[dict[str, Any]] = field(default_factory=list)
+    deadlocks: list[dict[str, Any]] = field(default_factory=list)
 
     def transfer_rows(self) -> list[dict[str, Any]]:
         """One row per transfer, as the emulator's ``TrafficResult.transfer_rows``."""

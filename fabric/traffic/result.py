@@ -22,7 +22,7 @@ class Check:
 
     name: str
     value: float
-    threshold: float
+    threshold: float | None  # None: reported beside the checks, never held to a limit
     ok: bool
     detail: str = ""
 
@@ -108,7 +108,10 @@ class RunResult(Protocol):
 
     ``transfer_rows()`` gives one row per transfer (``id``, ``src``, ``dst``, ``bytes``,
     ``tag``, the sender's and receiver's ``send_*``/``recv_*`` fields, ``fct_s``,
-    ``path``); ``flow_control`` what each lossless link paused (empty when lossy).
+    ``path``); ``flow_control`` what each lossless link paused (empty when lossy);
+    ``deadlocks`` the cycles of links held paused that formed during the run
+    (:class:`fabric.emulation.deadlock_watch.Formation` rows; empty when none did or the
+    backend does not model flow control).
     """
 
     plan: Plan
@@ -116,6 +119,7 @@ class RunResult(Protocol):
     fidelity: list[Check]
     errors: list[str]
     flow_control: list[dict[str, Any]]
+    deadlocks: list[dict[str, Any]]
 
     def transfer_rows(self) -> list[dict[str, Any]]:
         """One row per transfer: the sender's and the receiver's view merged."""
@@ -168,6 +172,8 @@ class TrafficResult:
     # under flow control: per link direction and lossless lane, what it paused, held and
     # dropped during the run
     flow_control: list[dict[str, Any]] = field(default_factory=list)
+    # cycles of links held paused that formed during the run (the deadlock detector's)
+    deadlocks: list[dict[str, Any]] = field(default_factory=list)
 
     def transfer_rows(self) -> list[dict[str, Any]]:
         """One row per transfer: sender and receiver view merged."""

@@ -41,7 +41,13 @@ ROW_FIELDS = {
                "slowdown"},
     "scaling": {"endpoints", "backend", "policy", "norm_throughput", "ideal", "steady",
                 "htsim"},
+    "deadlock": {"case", "verdicts", "static_cycle", "detected_cycle", "watchdog_trips",
+                 "watchdog_drops", "delivered_frac"},
 }
+# what the deadlock case's routes do: the static check flags the valley routes only, the
+# detector sees their ring, and only the short watchdog lets the flows end
+DEADLOCK_VERDICTS = {"up-down": ("flowed", False), "valley": ("deadlocked", True),
+                     "valley-watchdog": ("broken", True)}
 
 LOSSLESS_ROWS = {"incast": 2, "isolation": 2, "lossless": 6}
 
@@ -64,6 +70,12 @@ def test_quick_run_writes_a_complete_result(name: str, tmp_path: Path) -> None:
         assert len(rows) >= LOSSLESS_ROWS[name], summary["table"]
         pause = "pause_hop1" if name == "incast" else "paused_links"
         assert all(r[pause] is not None for r in rows), rows
+    if name == "deadlock":
+        for row in summary["table"]:
+            verdict, cyclic = DEADLOCK_VERDICTS[row["case"]]
+            assert row["verdicts"] == verdict, row
+            assert bool(row["static_cycle"]) == cyclic == bool(row["detected_cycle"]), row
+            assert (row["watchdog_trips"] > 0) == (row["case"] == "valley-watchdog"), row
     manifest = json.loads((out / "manifest.json").read_text())
     assert {"command", "parameters", "seeds", "versions", "git_commit"} <= set(manifest)
     pngs = sorted(out.glob("*.png"))

@@ -62,3 +62,97 @@ def test_only_dependencies_a_packet_can_create_count():
     assert deps.has_edge(("s0", "l1"), ("l1", "l1h0"))
     # a spine never sends a packet back up to where it came from
     assert not deps.has_edge(("l0", "s0"), ("s0", "l0"))
+
+
+def test_valley_routes_close_a_cycle_of_four_links_that_the_static_check_flags():
+    from fabric.routing.deadlock import find_valley, valley_flows, valley_routes
+    from fabric.routing.static import static_route_tables
+    from fabric.routing.tables import check_pinned, pin_routes
+
+    graph = topologies.build("leaf-spine,leaves=3,spines=2,hosts_per_leaf=2")
+    pinned = valley_routes(graph)
+    check_pinned(graph, pinned)
+    v = find_valley(graph)
+    cycle = dependency_cycle(graph, pin_routes(static_route_tables(graph), pinned))
+    assert set(cycle) == {(v.a, v.x), (v.x, v.b), (v.b, v.y), (v.y, v.a)}
+    # every flow's endpoints are distinct hosts; two of them leave the cycle for c
+    flows = valley_flows(graph)
+    assert len(flows) == 4 and all(src != dst for src, dst in flows)
+
+
+@pytest.mark.parametrize("spec", ("fat-tree", "two-zone", "leaf-spine,leaves=2,spines=2"))
+def test_a_fabric_without_three_leaves_on_two_spines_cannot_take_the_case(spec):
+    from fabric.routing.deadlock import DeadlockCaseError, valley_routes
+
+    with pytest.raises(DeadlockCaseError, match="three leaves that share two spines"):
+        valley_routes(topologies.build(spec))
+
+
+def test_pinned_routes_naming_what_the_fabric_lacks_are_refused():
+    from fabric.routing.tables import check_pinned
+
+    graph = topologies.build("leaf-spine,leaves=3,spines=2,hosts_per_leaf=2")
+    ip = fg.attachments(graph)[0].ip
+    for pinned, text in (({"zz": {ip: (1,)}}, "not a switch"),
+                         ({"s0": {"10.9.9.9": (1,)}}, "no endpoint has"),
+                         ({"s0": {ip: (99,)}}, "has no port 99"),
+                         ({"s0": {ip: ()}}, "no output port")):
+        with pytest.raises(ValueError, match=text):
+            check_pinned(graph, pinned)
+
+
+def test_only_a_dependency_cycle_of_held_links_is_a_deadlock():
+    from fabric.routing.deadlock import held_cycle, valley_routes
+    from fabric.routing.static import static_route_tables
+    from fabric.routing.tables import pin_routes
+
+    graph = topologies.build("leaf-spine,leaves=3,spines=2,hosts_per_leaf=2")
+    deps = buffer_dependencies(graph, pin_routes(static_route_tables(graph),
+                                                 valley_routes(graph)))
+    ring = dependency_cycle(graph, pin_routes(static_route_tables(graph),
+                                              valley_routes(graph)))
+    assert set(held_cycle(deps, ring)) == set(ring)
+    assert held_cycle(deps, ring[:3]) is None  # one link of the ring flows: no deadlock
+    # the same four links under up-down routes depend on nothing in a ring
+    updown = buffer_dependencies(graph, static_route_tables(graph))
+    assert held_cycle(updown, ring) is None
+
+
+def test_the_detector_records_a_held_ring_once_and_when_it_cleared():
+    from fabric.emulation.deadlock_watch import DeadlockDetector
+    from fabric.routing.deadlock import valley_routes
+    from fabric.routing.static import static_route_tables
+    from fabric.routing.tables import pin_routes
+
+    graph = topologies.build("leaf-spine,leaves=3,spines=2,hosts_per_leaf=2")
+    tables = pin_routes(static_route_tables(graph), valley_routes(graph))
+    ring = dependency_cycle(graph, tables)
+    links = {i: (link, 1e6) for i, link in enumerate(ring, start=1)}  # 1 ms packets
+    closed: dict = {}
+    detector = DeadlockDetector(lambda: dict(closed), links,
+                                buffer_dependencies(graph, tables), 200, lambda: 0.0)
+    closed.update({(i, 0): 0 for i in links})
+    detector.step(100 * 1_000_000)  # held 100 packet times: not yet
+    assert detector.formations == []
+    detector.step(250 * 1_000_000)
+    detector.step(300 * 1_000_000)  # the same ring: recorded once
+    assert len(detector.formations) == 1 and detector.formations[0].cleared_s is None
+    del closed[(1, 0)]  # the watchdog opens one link
+    detector.step(400 * 1_000_000)
+    (row,) = [f.row() for f in detector.formations]
+    assert row["cleared_s"] is not None and len(row["links"]) == 4
+
+
+def test_pinned_routes_replace_the_policy_s_and_survive_the_config_file():
+    from fabric.routing.config import (ControllerConfig, controller_config_from_dict,
+                                       controller_config_to_dict)
+    from fabric.routing.policies import policy_route_tables
+
+    graph = topologies.build("leaf-spine,leaves=3,spines=2,hosts_per_leaf=2")
+    ip = fg.attachments(graph)[0].ip
+    config = ControllerConfig(routes={"s0": {ip: (2,)}})
+    again = controller_config_from_dict(controller_config_to_dict(config))
+    assert again.routes == {"s0": {ip: (2,)}}
+    assert policy_route_tables("ecmp", graph, pinned=again.routes)["s0"][ip] == (2,)
+    with pytest.raises(ValueError, match="list of port numbers"):
+        controller_config_from_dict({"routes": {"s0": {ip: "2"}}})

@@ -172,3 +172,13 @@ def test_a_timeout_in_a_lossless_class_with_nothing_lost_is_a_defect():
     lost = clean + [Check("hidden_socket_drops", 3, 0, False)]
     assert lossless_timeout_check(agents, (26,), lost).ok  # maybe the repair of a loss
     assert lossless_timeout_check(agents, (10,), clean).value == 0
+
+
+def test_timeouts_in_a_deadlock_or_after_watchdog_drops_are_not_spurious():
+    from fabric.emulation.fidelity import lossless_timeout_check
+    from fabric.traffic.result import Check
+
+    agents = [{"transfers": [{"role": "send", "dscp": 26, "rto_count": 3}]}]
+    assert not lossless_timeout_check(agents, [26], []).ok
+    assert lossless_timeout_check(agents, [26], [Check("pfc_deadlocks", 1, None, True)]).ok
+    assert lossless_timeout_check(agents, [26], [Check("watchdog_drops", 5, None, True)]).ok
