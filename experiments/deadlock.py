@@ -2,12 +2,13 @@
 does the lossless fabric stop for good, does the detector see it, and does the watchdog
 break it?
 
-One lossless lane, no congestion control, the subnet manager's static routes, and two
+One lossless lane, no congestion control, the subnet manager's static routes, and four
 flows that load a cycle of four links (:func:`fabric.routing.deadlock.valley_routes`:
-leaves ``a`` and ``b`` share the spines ``x`` and ``y`` with a third leaf; one flow from
-under ``a`` to an endpoint of the third goes ``a -> x -> b -> y``, one from under ``b``
-goes ``b -> y -> a -> x``; each link of the cycle carries both or waits for one that
-does). Cases, one bring-up each:
+leaves ``a`` and ``b`` share the spines ``x`` and ``y`` with a third leaf ``c``; a flow
+from under ``a`` to ``c`` goes ``a -> x -> b -> y``, one from under ``b`` goes
+``b -> y -> a -> x``, and two from ``c`` enter the ring at the spines; every link of the
+ring carries two flows, :func:`fabric.routing.deadlock.valley_flows`). Cases, one bring-up per case and seed (a deadlock outlives its run: the next run on
+the same bring-up would start on a stopped fabric):
 
 ``up-down``
     the static routes alone (the reference: no cycle, the flows end at the speed of
@@ -234,10 +235,10 @@ class Deadlock(Experiment):
     def estimate_s(self, ctx: RunContext) -> float:
         mbps = ctx.host_mbps or 8.0
         deadline = max(MIN_DEADLINE_S, sizing.seconds_of(DEADLINE_PKTS, ctx.roce(), mbps))
-        return len(CASES) * (BRINGUP_S + len(self.seeds(ctx)) * (RUN_OVERHEAD_S + deadline))
+        return len(CASES) * len(self.seeds(ctx)) * (BRINGUP_S + RUN_OVERHEAD_S + deadline)
 
     def measure(self, ctx: RunContext, runner: Runner) -> Measured:
-        """One bring-up per case; every seed runs the two flows."""
+        """One bring-up per case and seed, each running the four flows once."""
         topo = self.topologies(ctx)[0]
         graph = topologies.build(topo)
         transport = ctx.roce(cc="none", entropy="flow")
@@ -247,16 +248,19 @@ class Deadlock(Experiment):
         gbps = min(d["gbps"] for _, _, d in graph.edges(data=True))
         for case in CASES:
             fc = flow_control(case, frame, gbps)
-            with runner.bring_up(graph, policy="static", lanes=SINGLE_LANE, flow_control=fc,
-                                 host_mbps=host_mbps, packet_bytes=packet_bytes,
-                                 pinned_routes=pinned_of(case, graph)) as emu:
-                used = emu.report.rate_plan.host_mbps
-                context = (case, static_cycle(graph, case), ideal_s(graph, case, transport, used))
-                runs = (Scheduled({"case": case, "seed": seed}, transfers(graph, transport),
-                                  seed, context) for seed in self.seeds(ctx))
-                deadline = max(MIN_DEADLINE_S,
-                               sizing.seconds_of(DEADLINE_PKTS, transport, used))
-                runner.run(emu, runs, transport, case, _row_of, deadline_s=deadline)
+            for seed in self.seeds(ctx):  # a bring-up each: a deadlock outlives its run
+                with runner.bring_up(graph, policy="static", lanes=SINGLE_LANE,
+                                     flow_control=fc, host_mbps=host_mbps,
+                                     packet_bytes=packet_bytes,
+                                     pinned_routes=pinned_of(case, graph)) as emu:
+                    used = emu.report.rate_plan.host_mbps
+                    context = (case, static_cycle(graph, case),
+                               ideal_s(graph, case, transport, used))
+                    deadline = max(MIN_DEADLINE_S,
+                                   sizing.seconds_of(DEADLINE_PKTS, transport, used))
+                    runner.run(emu, [Scheduled({"case": case, "seed": seed},
+                                               transfers(graph, transport), seed, context)],
+                               transport, f"{case}-{seed}", _row_of, deadline_s=deadline)
         return Measured(
             {"topology": topo, "cases": CASES, "policy": "static", "transport": "roce",
              "cc": "none", "roce_mtu": transport.mtu_payload, "flow_control": "pfc",
